@@ -1,0 +1,719 @@
+//! The gateway's state and its operations, free of HTTP: token grant, create,
+//! execute, status, search, refund and the payer's actions. [`crate::api`] maps
+//! requests onto these; tests and benches may call them directly.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use chrono::Duration;
+use dashmap::DashMap;
+use hmac::{Hmac, Mac};
+use parking_lot::{Mutex, RwLock};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use crate::clock::Clock;
+use crate::codes::Code;
+use crate::config::{Config, Merchant};
+use crate::ids::{base36, mix};
+use crate::metrics::Metrics;
+use crate::payments::{NewPayment, PayerAction, Payment, PaymentState, RedirectStatus};
+use crate::script::{Script, ScriptSpec};
+use crate::tokens::{Issued, TokenLimits, Tokens};
+use crate::wire::{Amount, Body, api_time};
+
+/// Longest `payerReference` / `merchantInvoiceNumber` bKash accepts.
+pub const FIELD_LEN_MAX: usize = 255;
+
+/// `transactionType` the real gateway reports for tokenized checkout payments.
+const TRANSACTION_TYPE: &str = "bKash Tokenized Checkout via API";
+/// The merchant's short code in search answers.
+const ORGANIZATION_SHORT_CODE: &str = "50022";
+
+/// The whole gateway.
+#[derive(Debug)]
+pub struct Gateway {
+    config: Config,
+    clock: Arc<dyn Clock>,
+    secret: [u8; 32],
+    tokens: Tokens,
+    payments: DashMap<String, Payment>,
+    by_trx: DashMap<String, String>,
+    script: RwLock<Arc<Script>>,
+    sequence: AtomicU64,
+    journal: Mutex<Vec<Fault>>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Longest fault journal kept; older entries are dropped first.
+pub const JOURNAL_LEN_MAX: usize = 200_000;
+
+/// One scripted decision that changed what the gateway did: the fault log.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Fault {
+    /// When.
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// Operation.
+    pub op: &'static str,
+    /// Rule name.
+    pub rule: String,
+    /// The action, as data.
+    pub action: crate::script::Action,
+    /// The payment concerned, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_id: Option<String>,
+}
+
+impl Gateway {
+    /// A gateway with `config`, reading time from `clock`.
+    pub fn new(config: Config, clock: Arc<dyn Clock>) -> Gateway {
+        let mut secret = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut secret);
+        let script = Arc::new(Script::new(ScriptSpec::default(), config.seed));
+        Gateway {
+            config,
+            clock,
+            secret,
+            tokens: Tokens::default(),
+            payments: DashMap::new(),
+            by_trx: DashMap::new(),
+            script: RwLock::new(script),
+            sequence: AtomicU64::new(0),
+            journal: Mutex::new(Vec::new()),
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
+    /// The live script.
+    pub fn script(&self) -> Arc<Script> {
+        self.script.read().clone()
+    }
+
+    /// Replaces the script (validated first); counters of the old one are dropped.
+    pub fn set_script(&self, spec: ScriptSpec) -> Result<(), crate::script::ScriptError> {
+        spec.validate()?;
+        *self.script.write() = Arc::new(Script::new(spec, self.config.seed));
+        Ok(())
+    }
+
+    fn next(&self) -> u64 {
+        self.sequence.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn mac(&self, what: &[u8]) -> String {
+        let mut mac = match Hmac::<Sha256>::new_from_slice(&self.secret) {
+            Ok(m) => m,
+            Err(_) => return String::new(), // HMAC takes keys of any length
+        };
+        mac.update(what);
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    fn fresh_token(&self) -> String {
+        let n = self.next();
+        format!(
+            "{}{}",
+            self.mac(&n.to_le_bytes()),
+            self.mac(&(!n).to_le_bytes())
+        )
+    }
+
+    fn payment_id(&self) -> String {
+        let n = self.next();
+        format!(
+            "TR0011{}{}",
+            base36(n, 6),
+            base36(mix(self.config.seed ^ mix(n)), 8)
+        )
+    }
+
+    fn trx_id(&self) -> String {
+        let n = self.next();
+        let tail = base36(mix(self.config.seed.rotate_left(17) ^ mix(n)), 10);
+        format!("{}{}", &tail[..2], base36(n, 8))
+    }
+
+    fn limits(&self) -> TokenLimits {
+        TokenLimits {
+            grant_limit: self.config.grant_limit,
+            grant_window: Duration::seconds(self.config.grant_window_secs as i64),
+            id_ttl: Duration::seconds(self.config.id_token_ttl_secs as i64),
+            refresh_ttl: Duration::seconds(self.config.refresh_token_ttl_secs as i64),
+        }
+    }
+
+    fn merchant(&self, username: Option<&str>, password: Option<&str>) -> Result<&Merchant, Code> {
+        self.config
+            .merchants
+            .iter()
+            .find(|m| {
+                Some(m.username.as_str()) == username && Some(m.password.as_str()) == password
+            })
+            .ok_or(Code::InvalidCredentials)
+    }
+
+    fn app_credentials(&self, merchant: &Merchant, body: &Body) -> Result<(), Code> {
+        let key = body.required("app_key")?;
+        let secret = body.required("app_secret")?;
+        if key != merchant.app_key || secret != merchant.app_secret {
+            return Err(Code::InvalidAppKey);
+        }
+        Ok(())
+    }
+
+    /// `token/grant`: spends one of the app key's grants.
+    pub fn grant(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+        body: &[u8],
+    ) -> Result<Value, Code> {
+        let merchant = self.merchant(username, password)?;
+        let body = Body::parse(body)?;
+        self.app_credentials(merchant, &body)?;
+        let issued =
+            self.tokens
+                .grant(&merchant.app_key, self.clock.now(), self.limits(), || {
+                    self.fresh_token()
+                })?;
+        self.metrics.granted();
+        tracing::info!(app_key = %merchant.app_key, "token granted");
+        Ok(token_answer(issued))
+    }
+
+    /// `token/refresh`: a new id_token for a live refresh token; no grant spent.
+    pub fn refresh(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+        body: &[u8],
+    ) -> Result<Value, Code> {
+        let merchant = self.merchant(username, password)?;
+        let body = Body::parse(body)?;
+        self.app_credentials(merchant, &body)?;
+        let refresh_token = body.required("refresh_token")?;
+        let issued = self.tokens.refresh(
+            &merchant.app_key,
+            &refresh_token,
+            self.clock.now(),
+            self.limits(),
+            || self.fresh_token(),
+        )?;
+        Ok(token_answer(issued))
+    }
+
+    /// Checks the `Authorization` and `X-APP-Key` headers; returns the app key.
+    pub fn authorize<'a>(
+        &self,
+        authorization: Option<&str>,
+        app_key: Option<&'a str>,
+    ) -> Result<&'a str, Code> {
+        let app_key = app_key
+            .filter(|k| !k.is_empty())
+            .ok_or(Code::InvalidAppKey)?;
+        if !self.config.merchants.iter().any(|m| m.app_key == app_key) {
+            return Err(Code::InvalidAppKey);
+        }
+        let authorization = authorization
+            .filter(|a| !a.trim().is_empty())
+            .ok_or(Code::InvalidToken)?;
+        self.tokens
+            .check(authorization, app_key, self.clock.now())?;
+        Ok(app_key)
+    }
+
+    /// Parses and validates a `create` body.
+    pub fn parse_create(body: &[u8]) -> Result<NewPayment, Code> {
+        let body = Body::parse(body)?;
+        let mode = body.required("mode")?;
+        let callback_url = body.required("callbackURL")?;
+        let amount_raw = body.raw("amount").ok_or(Code::MandatoryFieldMissing)?;
+        let currency = body.required("currency")?;
+        let intent = body.required("intent")?;
+        let merchant_invoice_number = body.required("merchantInvoiceNumber")?;
+        let payer_reference = body.optional("payerReference")?.unwrap_or_default();
+        match mode.as_str() {
+            "0011" => {}
+            "0000" | "0001" | "0002" => return Err(Code::ModeUnavailable),
+            _ => return Err(Code::ModeInvalid),
+        }
+        if payer_reference.len() > FIELD_LEN_MAX {
+            return Err(Code::InvalidPayerReference);
+        }
+        let parsed = url::Url::parse(&callback_url).map_err(|_| Code::InvalidCallbackUrl)?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(Code::InvalidCallbackUrl);
+        }
+        let amount = Amount::from_json(amount_raw)?;
+        if currency != "BDT" {
+            return Err(Code::InvalidCurrency);
+        }
+        if intent != "sale" {
+            return Err(Code::InvalidIntent);
+        }
+        if merchant_invoice_number.len() > FIELD_LEN_MAX {
+            return Err(Code::InvalidMerchantInvoiceNumber);
+        }
+        Ok(NewPayment {
+            mode,
+            payer_reference,
+            callback_url,
+            amount,
+            currency,
+            intent,
+            merchant_invoice_number,
+        })
+    }
+
+    /// `create`: a new payment in `Initiated`, and the answer bKash gives.
+    pub fn create(&self, app_key: &str, req: NewPayment) -> Payment {
+        let payment_id = self.payment_id();
+        let signature = self.mac(payment_id.as_bytes());
+        let payment = Payment::new(
+            payment_id.clone(),
+            app_key.to_owned(),
+            signature,
+            req,
+            self.clock.now(),
+        );
+        self.payments.insert(payment_id, payment.clone());
+        payment
+    }
+
+    /// The checkout page URL of a payment (`bkashURL`).
+    pub fn bkash_url(&self, p: &Payment) -> String {
+        format!(
+            "{}/checkout/{}?hash={}&mode={}&apiVersion=v1.2.0-beta",
+            self.config.public_url.trim_end_matches('/'),
+            p.payment_id,
+            p.signature,
+            p.mode
+        )
+    }
+
+    /// The create answer for a payment.
+    pub fn create_answer(&self, p: &Payment) -> Value {
+        json!({
+            "paymentID": p.payment_id,
+            "paymentCreateTime": api_time(p.created_at),
+            "transactionStatus": "Initiated",
+            "amount": p.amount,
+            "currency": p.currency,
+            "intent": p.intent,
+            "merchantInvoiceNumber": p.merchant_invoice_number,
+            "payerReference": p.payer_reference,
+            "bkashURL": self.bkash_url(p),
+            "callbackURL": p.callback_url,
+            "successCallbackURL": redirect_url(p, RedirectStatus::Success.as_str()),
+            "failureCallbackURL": redirect_url(p, RedirectStatus::Failure.as_str()),
+            "cancelledCallbackURL": redirect_url(p, RedirectStatus::Cancel.as_str()),
+            "statusCode": Code::Successful.as_str(),
+            "statusMessage": Code::Successful.message(),
+        })
+    }
+
+    /// A payment's merchant invoice number, for selectors.
+    pub fn invoice_of(&self, payment_id: &str) -> Option<String> {
+        self.payments
+            .get(payment_id)
+            .map(|p| p.merchant_invoice_number.clone())
+    }
+
+    /// A copy of a payment.
+    pub fn payment(&self, payment_id: &str) -> Option<Payment> {
+        self.payments.get(payment_id).map(|p| p.clone())
+    }
+
+    /// Every payment, oldest first.
+    pub fn payments(&self) -> Vec<Payment> {
+        let mut all: Vec<Payment> = self.payments.iter().map(|p| p.clone()).collect();
+        all.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.payment_id.cmp(&b.payment_id))
+        });
+        all
+    }
+
+    fn owned_payment(
+        &self,
+        app_key: &str,
+        payment_id: &str,
+    ) -> Result<dashmap::mapref::one::RefMut<'_, String, Payment>, Code> {
+        match self.payments.get_mut(payment_id) {
+            Some(p) if p.app_key == app_key => Ok(p),
+            _ => Err(Code::InvalidPaymentId),
+        }
+    }
+
+    /// `execute`: completes an authorised payment, at most once. Returns the answer
+    /// and, when this call completed the payment, a copy for the webhook.
+    pub fn execute(
+        &self,
+        app_key: &str,
+        payment_id: &str,
+        scripted: Option<String>,
+    ) -> Result<(Value, Payment), Code> {
+        let now = self.clock.now();
+        let mut p = self.owned_payment(app_key, payment_id)?;
+        p.execute(|| self.trx_id(), now, scripted)?;
+        if let Some(trx) = &p.trx_id {
+            self.by_trx.insert(trx.clone(), p.payment_id.clone());
+        }
+        self.metrics.executed();
+        let answer = json!({
+            "paymentID": p.payment_id,
+            "customerMsisdn": p.customer_msisdn,
+            "payerReference": p.payer_reference,
+            "paymentExecuteTime": p.executed_at.map(api_time),
+            "trxID": p.trx_id,
+            "transactionStatus": p.state.transaction_status(),
+            "amount": p.amount,
+            "currency": p.currency,
+            "intent": p.intent,
+            "merchantInvoiceNumber": p.merchant_invoice_number,
+            "statusCode": Code::Successful.as_str(),
+            "statusMessage": Code::Successful.message(),
+        });
+        Ok((answer, p.clone()))
+    }
+
+    /// Parses the `paymentID` of an execute/status body.
+    pub fn payment_id_of(body: &[u8]) -> Result<String, Code> {
+        Body::parse(body)?.required("paymentID")
+    }
+
+    /// `payment/status`: the payment as bKash reports it.
+    pub fn status(&self, app_key: &str, payment_id: &str) -> Result<Value, Code> {
+        let p = self.owned_payment(app_key, payment_id)?;
+        let mut v = json!({
+            "paymentID": p.payment_id,
+            "mode": p.mode,
+            "paymentCreateTime": api_time(p.created_at),
+            "amount": p.amount,
+            "currency": p.currency,
+            "intent": p.intent,
+            "merchantInvoice": p.merchant_invoice_number,
+            "payerReference": p.payer_reference,
+            "transactionStatus": p.state.transaction_status(),
+            "verificationStatus": p.state.verification_status(),
+            "userVerificationStatus": p.state.verification_status(),
+            "statusCode": Code::Successful.as_str(),
+            "statusMessage": Code::Successful.message(),
+        });
+        if let Some(obj) = v.as_object_mut() {
+            if let Some(t) = p.executed_at {
+                obj.insert("paymentExecuteTime".into(), api_time(t).into());
+            }
+            if let Some(trx) = &p.trx_id {
+                obj.insert("trxID".into(), trx.clone().into());
+            }
+            if let Some(m) = &p.customer_msisdn {
+                obj.insert("customerMsisdn".into(), m.clone().into());
+                obj.insert("payerAccount".into(), m.clone().into());
+            }
+        }
+        Ok(v)
+    }
+
+    /// `general/searchTransaction`.
+    pub fn search(&self, app_key: &str, body: &[u8]) -> Result<Value, Code> {
+        let trx = Body::parse(body)?.required("trxID")?;
+        let payment_id = self
+            .by_trx
+            .get(&trx)
+            .map(|p| p.clone())
+            .ok_or(Code::TransactionNotFound)?;
+        let p = self
+            .owned_payment(app_key, &payment_id)
+            .map_err(|_| Code::TransactionNotFound)?;
+        let refunded = p.refunded_poisha();
+        Ok(json!({
+            "trxID": trx,
+            "initiationTime": api_time(p.created_at),
+            "completedTime": p.executed_at.map(api_time),
+            "transactionType": TRANSACTION_TYPE,
+            "customerMsisdn": p.customer_msisdn,
+            "payerAccount": p.customer_msisdn,
+            "transactionStatus": p.state.transaction_status(),
+            "amount": p.amount,
+            "currency": p.currency,
+            "organizationShortCode": ORGANIZATION_SHORT_CODE,
+            "serviceFee": "0.00",
+            "creditedAmount": p.amount,
+            "maxRefundableAmount": Amount::from_poisha(p.amount_poisha - refunded.min(p.amount_poisha)).to_string(),
+            "merchantInvoiceNumber": p.merchant_invoice_number,
+            "statusCode": Code::Successful.as_str(),
+            "statusMessage": Code::Successful.message(),
+        }))
+    }
+
+    /// `payment/refund`: refunds `amount`, or, without an amount, reports the
+    /// latest refund (bKash's refund-status call uses the same path).
+    pub fn refund(&self, app_key: &str, body: &[u8]) -> Result<Value, Code> {
+        let body = Body::parse(body)?;
+        let payment_id = body.required("paymentID")?;
+        let trx_id = body.required("trxID")?;
+        let amount = body.raw("amount").map(Amount::from_json).transpose()?;
+        let sku = body.optional("sku")?;
+        let reason = body.optional("reason")?;
+        let now = self.clock.now();
+        let mut p = self.owned_payment(app_key, &payment_id)?;
+        let refund = match amount {
+            Some(amount) => p
+                .refund(&trx_id, amount, sku, reason, || self.trx_id(), now)?
+                .clone(),
+            None => {
+                if p.trx_id.as_deref() != Some(trx_id.as_str()) {
+                    return Err(Code::TransactionNotFound);
+                }
+                p.refunds.last().cloned().ok_or(Code::TransactionNotFound)?
+            }
+        };
+        Ok(json!({
+            "originalTrxID": trx_id,
+            "refundTrxID": refund.refund_trx_id,
+            "transactionStatus": "Completed",
+            "amount": refund.amount,
+            "currency": p.currency,
+            "charge": "0.00",
+            "completedTime": api_time(refund.completed_at),
+            "statusCode": Code::Successful.as_str(),
+            "statusMessage": Code::Successful.message(),
+        }))
+    }
+
+    /// The payer acts on the checkout page. `hash` must be the one in the bkashURL.
+    /// Returns the redirect status and the payment after the action.
+    pub fn payer_acts(
+        &self,
+        payment_id: &str,
+        hash: &str,
+        action: PayerAction,
+        msisdn: Option<&str>,
+        failure: Option<Code>,
+    ) -> Result<(RedirectStatus, Payment), Code> {
+        let now = self.clock.now();
+        let mut p = self
+            .payments
+            .get_mut(payment_id)
+            .ok_or(Code::InvalidPaymentId)?;
+        if !constant_time_eq(p.signature.as_bytes(), hash.as_bytes()) {
+            return Err(Code::InvalidPaymentId);
+        }
+        let msisdn = msisdn
+            .filter(|m| !m.is_empty())
+            .unwrap_or(&self.config.default_msisdn);
+        self.metrics.payer(action);
+        let status = p.payer_acts(
+            action,
+            msisdn,
+            failure.unwrap_or(Code::InsufficientBalance),
+            now,
+        )?;
+        Ok((status, p.clone()))
+    }
+
+    /// The gateway cancels a payment itself (scripted `cancel`).
+    pub fn cancel(&self, payment_id: &str) -> bool {
+        let now = self.clock.now();
+        self.payments
+            .get_mut(payment_id)
+            .is_some_and(|mut p| p.cancel_by_gateway(now))
+    }
+
+    /// Grants spent per app key in the current window.
+    pub fn grants_in_window(&self) -> Vec<(String, usize)> {
+        self.tokens
+            .grants_in_window(self.clock.now(), self.limits().grant_window)
+    }
+
+    /// Counts of payments per state.
+    pub fn state_counts(&self) -> Value {
+        let mut counts = std::collections::BTreeMap::<&'static str, u64>::new();
+        for p in self.payments.iter() {
+            let k = match p.state {
+                PaymentState::Initiated => "initiated",
+                PaymentState::Authorized => "authorized",
+                PaymentState::Completed => "completed",
+                PaymentState::Cancelled => "cancelled",
+                PaymentState::Failed => "failed",
+            };
+            *counts.entry(k).or_default() += 1;
+        }
+        json!(counts)
+    }
+
+    /// Records a scripted decision in the fault journal.
+    pub fn record_fault(
+        &self,
+        op: crate::script::Operation,
+        rule: &str,
+        action: &crate::script::Action,
+        payment_id: Option<&str>,
+    ) {
+        self.metrics.scripted(op);
+        tracing::info!(op = op.as_str(), rule, ?action, payment_id, "scripted");
+        let mut j = self.journal.lock();
+        if j.len() >= JOURNAL_LEN_MAX {
+            j.remove(0);
+        }
+        j.push(Fault {
+            at: self.clock.now(),
+            op: op.as_str(),
+            rule: rule.to_owned(),
+            action: action.clone(),
+            payment_id: payment_id.map(str::to_owned),
+        });
+    }
+
+    /// The fault journal.
+    pub fn faults(&self) -> Vec<Fault> {
+        self.journal.lock().clone()
+    }
+
+    /// Forgets every payment, token and grant, and the script.
+    pub fn reset(&self) {
+        self.journal.lock().clear();
+        self.payments.clear();
+        self.by_trx.clear();
+        self.tokens.clear();
+        *self.script.write() = Arc::new(Script::new(ScriptSpec::default(), self.config.seed));
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn token_answer(issued: Issued) -> Value {
+    json!({
+        "statusCode": Code::Successful.as_str(),
+        "statusMessage": Code::Successful.message(),
+        "id_token": issued.id_token,
+        "token_type": "Bearer",
+        "expires_in": issued.expires_in,
+        "refresh_token": issued.refresh_token,
+    })
+}
+
+/// The merchant's callback URL with `paymentID`, `status` and the payment's
+/// `signature` appended to whatever query it already has.
+pub fn redirect_url(p: &Payment, status: &str) -> String {
+    match url::Url::parse(&p.callback_url) {
+        Ok(mut u) => {
+            u.query_pairs_mut()
+                .append_pair("paymentID", &p.payment_id)
+                .append_pair("status", status)
+                .append_pair("signature", &p.signature);
+            u.to_string()
+        }
+        Err(_) => p.callback_url.clone(),
+    }
+}
+
+/// The error answer bKash gives: HTTP 200 with a code and a message.
+pub fn error_answer(code: Code) -> Value {
+    json!({ "statusCode": code.as_str(), "statusMessage": code.message() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_bkash_shaped_and_unique() {
+        let g = Gateway::new(Config::default(), Arc::new(crate::clock::SystemClock));
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let id = g.payment_id();
+            assert!(id.starts_with("TR0011") && id.len() == 20, "{id}");
+            assert!(seen.insert(id));
+            let trx = g.trx_id();
+            assert_eq!(trx.len(), 10);
+            assert!(
+                trx.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+            );
+            assert!(seen.insert(trx));
+        }
+    }
+
+    #[test]
+    fn create_validation_uses_bkash_codes() {
+        let ok = r#"{"mode":"0011","payerReference":"p","callbackURL":"http://m/cb","amount":"500","currency":"BDT","intent":"sale","merchantInvoiceNumber":"I1"}"#;
+        assert!(Gateway::parse_create(ok.as_bytes()).is_ok());
+        let cases = [
+            (r#"{"mode":"0011""#.to_string(), Code::InvalidRequestBody),
+            (
+                ok.replace(r#""mode":"0011","#, ""),
+                Code::MandatoryFieldMissing,
+            ),
+            (
+                ok.replace(r#""amount":"500","#, ""),
+                Code::MandatoryFieldMissing,
+            ),
+            (ok.replace("\"500\"", "\"-1\""), Code::InvalidAmount),
+            (ok.replace("\"500\"", "\"abc\""), Code::InvalidAmount),
+            (ok.replace("\"500\"", "\"1.001\""), Code::InvalidAmount),
+            (ok.replace("BDT", "USD"), Code::InvalidCurrency),
+            (ok.replace("sale", "authorization"), Code::InvalidIntent),
+            (ok.replace("\"0011\"", "\"0001\""), Code::ModeUnavailable),
+            (ok.replace("\"0011\"", "\"9\""), Code::ModeInvalid),
+            (
+                ok.replace("http://m/cb", "javascript:alert(1)"),
+                Code::InvalidCallbackUrl,
+            ),
+            (
+                ok.replace("http://m/cb", "not a url"),
+                Code::InvalidCallbackUrl,
+            ),
+            (
+                ok.replace("\"I1\"", &format!("\"{}\"", "x".repeat(256))),
+                Code::InvalidMerchantInvoiceNumber,
+            ),
+            (
+                ok.replace("\"p\"", &format!("\"{}\"", "x".repeat(256))),
+                Code::InvalidPayerReference,
+            ),
+            (ok.replace("\"p\"", "{}"), Code::InvalidRequestBody),
+        ];
+        for (body, code) in cases {
+            assert_eq!(
+                Gateway::parse_create(body.as_bytes()).unwrap_err(),
+                code,
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn redirect_urls_keep_the_merchants_query() {
+        let g = Gateway::new(Config::default(), Arc::new(crate::clock::SystemClock));
+        let mut req = Gateway::parse_create(br#"{"mode":"0011","callbackURL":"http://m/cb?x=1","amount":1,"currency":"BDT","intent":"sale","merchantInvoiceNumber":"I"}"#).unwrap();
+        req.payer_reference = "p".into();
+        let p = g.create("k", req);
+        let u = url::Url::parse(&redirect_url(&p, "cancel")).unwrap();
+        let q: Vec<(String, String)> = u.query_pairs().map(|(a, b)| (a.into(), b.into())).collect();
+        assert_eq!(q[0], ("x".into(), "1".into()));
+        assert_eq!(q[1], ("paymentID".into(), p.payment_id.clone()));
+        assert_eq!(q[2], ("status".into(), "cancel".into()));
+        assert_eq!(q[3], ("signature".into(), p.signature.clone()));
+    }
+}
