@@ -1,0 +1,39 @@
+# sellout — every recipe a user or CI needs. `just` lists them.
+
+# List the recipes.
+default:
+    @just --list
+
+# Install what the tests need beyond Rust (Python venv with third-party bKash clients); idempotent.
+setup:
+    scripts/setup
+
+# Start the mock bKash gateway on 127.0.0.1:9090 (pass more flags after `--`).
+gateway *ARGS:
+    cargo run --release -p mock-gateway -- {{ARGS}}
+
+# Run every test (the README's test command; what .ci/run calls).
+test *ARGS:
+    scripts/test {{ARGS}}
+
+# Format the code.
+fmt:
+    cargo fmt --all
+
+# Lint with warnings denied.
+lint:
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# What CI gates on: format check, clippy with warnings denied, the tests.
+ci:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+    scripts/test
+
+# Benchmarks: gateway create+execute round trips per second on one core.
+bench:
+    cargo bench -p mock-gateway --bench round_trip
+
+# API docs for every crate.
+doc:
+    cargo doc --workspace --no-deps
