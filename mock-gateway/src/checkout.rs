@@ -26,6 +26,10 @@ use crate::script::{Action, Forgery, Operation, Subject};
 /// Header carrying the bKash code when the checkout page refuses an action.
 pub const STATUS_CODE_HEADER: &str = "x-bkash-status-code";
 
+/// How long a server-side replay of a redirect waits for the merchant: a
+/// merchant that never answers must not pin the replay task forever.
+const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The checkout routes.
 pub fn routes() -> Router<Arc<App>> {
     Router::new().route("/checkout/{payment_id}", get(page).post(act))
@@ -161,7 +165,8 @@ async fn act(
                 for copy in 1..=copies {
                     tokio::time::sleep(Duration::from_millis(spacing_ms)).await;
                     tracing::debug!(copy, "replaying redirect");
-                    if let Err(e) = http.get(&again).send().await {
+                    let replay = http.get(&again).timeout(REPLAY_TIMEOUT).send().await;
+                    if let Err(e) = replay {
                         tracing::warn!(error = %e, "duplicate redirect failed");
                     }
                 }

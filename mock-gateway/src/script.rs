@@ -122,7 +122,7 @@ pub enum Failure {
 
 /// A latency.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Latency {
     /// Exactly this many milliseconds.
     Ms(u64),
@@ -197,7 +197,7 @@ pub enum Forgery {
 
 /// What a rule does.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Action {
     /// Refuse the call without doing it.
     Fail(Failure),
@@ -238,8 +238,10 @@ fn one() -> u32 {
     1
 }
 
-/// One rule.
+/// One rule. Unknown keys are refused: a misspelt `select` or `times` would
+/// otherwise silently widen the rule to every call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Rule {
     /// A name for logs and the ledger; `rule-<n>` if absent.
     #[serde(default)]
@@ -256,8 +258,10 @@ pub struct Rule {
     pub times: Option<u64>,
 }
 
-/// A whole script as loaded from a file or the control API.
+/// A whole script as loaded from a file or the control API. Unknown keys
+/// (e.g. a misspelt `[[rule]]` table) are refused rather than ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct ScriptSpec {
     /// Seed for fractions and latencies; the gateway's seed if absent.
     #[serde(default)]
@@ -337,9 +341,13 @@ impl Rule {
             Action::Fail(Failure::Http(s)) if !(400..=599).contains(s) => {
                 return Err(invalid(format!("http status {s} is not an error status")));
             }
-            Action::Fail(Failure::Code(c)) if crate::codes::Code::parse(c).is_none() => {
-                return Err(invalid(format!("unknown bKash code {c:?}")));
-            }
+            Action::Fail(Failure::Code(c)) => match crate::codes::Code::parse(c) {
+                None => return Err(invalid(format!("unknown bKash code {c:?}"))),
+                Some(crate::codes::Code::Successful) => {
+                    return Err(invalid(format!("code {c:?} is not a failure code")));
+                }
+                Some(_) => ("fail", self.op.is_api()),
+            },
             Action::Fail(_) => ("fail", self.op.is_api()),
             Action::Cancel => (
                 "cancel",
@@ -588,6 +596,18 @@ mod tests {
                 "op = \"redirect\"\naction = { forge = { redirect_status = \"paid\" } }",
                 "success|failure|cancel",
             ),
+            (
+                "op = \"execute\"\naction = { fail = { code = \"0000\" } }",
+                "not a failure code",
+            ),
+            (
+                "op = \"execute\"\nselct = { nth = 2 }\naction = \"cancel\"",
+                "does not parse",
+            ),
+            (
+                "op = \"execute\"\naction = { timeout = { complete = true, hang = 10 } }",
+                "does not parse",
+            ),
             ("op = \"teleport\"\naction = \"drop\"", "does not parse"),
         ];
         for (rule, why) in bad {
@@ -596,6 +616,11 @@ mod tests {
                 .to_string();
             assert!(err.contains(why), "{rule}: {err}");
         }
+        // a misspelt table is refused, not read as an empty script; the alias works
+        let misspelt = "[[rulez]]\nop = \"execute\"\naction = \"cancel\"";
+        assert!(ScriptSpec::from_toml(misspelt).is_err());
+        let alias = ScriptSpec::from_toml(&misspelt.replace("rulez", "rules")).unwrap();
+        assert_eq!(alias.rules.len(), 1);
     }
 
     #[test]
