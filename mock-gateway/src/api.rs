@@ -80,98 +80,130 @@ struct Shape<'a> {
 }
 
 /// Runs `work` for one call of `op`, shaped by the script's decision.
-async fn scripted(
+///
+/// A call that does not authenticate or parse is answered with its bKash code
+/// before any rule is consulted: scripts shape what valid callers see, and a
+/// rule's side effect (a cancel) never runs for a caller that may not act.
+/// Execute calls a rule answers without executing are still written to the
+/// payment's `execute_calls`, so the ledger keeps every call.
+async fn scripted<T>(
     app: &App,
     op: Operation,
     subject: Subject<'_>,
-    work: impl FnOnce(Shape<'_>) -> Result<Value, Code>,
+    parsed: Result<T, Code>,
+    work: impl FnOnce(T, Shape<'_>) -> Result<Value, Code>,
 ) -> Response {
     let gw = &app.gateway;
     gw.metrics.call(op);
+    let input = match parsed {
+        Ok(input) => input,
+        Err(code) => return answer(gw, op, Err(code)),
+    };
     let Some(mut decision) = gw.script().decide(op, subject) else {
-        return answer(gw, op, work(Shape::default()));
+        return answer(gw, op, work(input, Shape::default()));
     };
     gw.record_fault(op, &decision.rule, &decision.action, subject.payment_id);
     let rule = Some(decision.rule.as_str());
+    let unexecuted = |what: &str| {
+        if let (Operation::Execute, Some(id)) = (op, subject.payment_id) {
+            gw.note_unexecuted_call(id, what, &decision.rule);
+        }
+    };
     match &decision.action {
         Action::Fail(Failure::Code(c)) => {
-            answer(gw, op, Err(Code::parse(c).unwrap_or(Code::ProcessFailed)))
+            let code = Code::parse(c).unwrap_or(Code::ProcessFailed);
+            unexecuted(code.as_str());
+            answer(gw, op, Err(code))
         }
         Action::Fail(Failure::Http(s)) => {
             let status = StatusCode::from_u16(*s).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-            (
-                status,
-                axum::Json(serde_json::json!({ "message": status.canonical_reason() })),
-            )
-                .into_response()
+            unexecuted(&format!("http {}", status.as_u16()));
+            let body = serde_json::json!({ "message": status.canonical_reason() });
+            (status, axum::Json(body)).into_response()
         }
-        Action::Fail(Failure::Reset) => reset_response(),
+        Action::Fail(Failure::Reset) => {
+            unexecuted("reset");
+            reset_response()
+        }
         Action::Delay(latency) => {
             let wait = latency.sample(&mut decision.rng);
             tokio::time::sleep(wait).await;
             answer(
                 gw,
                 op,
-                work(Shape {
-                    rule,
-                    cancel: false,
-                }),
+                work(
+                    input,
+                    Shape {
+                        rule,
+                        cancel: false,
+                    },
+                ),
             )
         }
         Action::Timeout { complete, hang_ms } => {
-            let done = complete.then(|| {
-                work(Shape {
-                    rule,
-                    cancel: false,
-                })
-            });
-            tokio::time::sleep(Duration::from_millis(
-                hang_ms.unwrap_or(gw.config().hang_ms),
-            ))
-            .await;
+            let done = if *complete {
+                Some(work(
+                    input,
+                    Shape {
+                        rule,
+                        cancel: false,
+                    },
+                ))
+            } else {
+                unexecuted("timeout");
+                None
+            };
+            let hang = Duration::from_millis(hang_ms.unwrap_or(gw.config().hang_ms));
+            tokio::time::sleep(hang).await;
             match done {
                 Some(result) => answer(gw, op, result),
-                None => (
-                    StatusCode::GATEWAY_TIMEOUT,
-                    axum::Json(serde_json::json!({ "message": "Endpoint request timed out" })),
-                )
-                    .into_response(),
+                None => {
+                    let body = serde_json::json!({ "message": "Endpoint request timed out" });
+                    (StatusCode::GATEWAY_TIMEOUT, axum::Json(body)).into_response()
+                }
             }
         }
-        Action::Cancel => answer(gw, op, work(Shape { rule, cancel: true })),
+        Action::Cancel => answer(gw, op, work(input, Shape { rule, cancel: true })),
         // webhook- and redirect-only actions never match an API operation (validated)
         _ => answer(
             gw,
             op,
-            work(Shape {
-                rule,
-                cancel: false,
-            }),
+            work(
+                input,
+                Shape {
+                    rule,
+                    cancel: false,
+                },
+            ),
         ),
     }
 }
 
 async fn grant(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
-    scripted(&app, Operation::Grant, Subject::default(), |_| {
-        gw.grant(
-            header(&headers, "username"),
-            header(&headers, "password"),
-            &body,
-        )
-    })
+    let user = header(&headers, "username");
+    let pass = header(&headers, "password");
+    scripted(
+        &app,
+        Operation::Grant,
+        Subject::default(),
+        Ok(()),
+        |(), _| gw.grant(user, pass, &body),
+    )
     .await
 }
 
 async fn refresh(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
-    scripted(&app, Operation::Refresh, Subject::default(), |_| {
-        gw.refresh(
-            header(&headers, "username"),
-            header(&headers, "password"),
-            &body,
-        )
-    })
+    let user = header(&headers, "username");
+    let pass = header(&headers, "password");
+    scripted(
+        &app,
+        Operation::Refresh,
+        Subject::default(),
+        Ok(()),
+        |(), _| gw.refresh(user, pass, &body),
+    )
     .await
 }
 
@@ -180,6 +212,19 @@ fn authorize<'a>(gw: &Gateway, headers: &'a HeaderMap) -> Result<&'a str, Code> 
         header(headers, "authorization"),
         header(headers, "x-app-key"),
     )
+}
+
+/// Authorises a call about one payment and reads its `paymentID`; returns the
+/// app key, the payment ID and the payment's invoice (for selectors).
+fn payment_call<'a>(
+    gw: &Gateway,
+    headers: &'a HeaderMap,
+    body: &[u8],
+) -> Result<(&'a str, String, Option<String>), Code> {
+    let key = authorize(gw, headers)?;
+    let id = Gateway::payment_id_of(body)?;
+    let invoice = gw.invoice_of(&id);
+    Ok((key, id, invoice))
 }
 
 async fn create(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -193,86 +238,113 @@ async fn create(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) ->
         payment_id: None,
         invoice: invoice.as_deref(),
     };
-    scripted(&app, Operation::Create, subject, |shape| {
-        let (key, req) = parsed?;
-        let payment = gw.create(key, req);
-        if shape.cancel {
-            gw.cancel(&payment.payment_id);
-        }
-        Ok(gw.create_answer(&payment))
-    })
+    scripted(
+        &app,
+        Operation::Create,
+        subject,
+        parsed,
+        |(key, req), shape| {
+            let payment = gw.create(key, req);
+            if shape.cancel {
+                gw.cancel(&payment.payment_id);
+            }
+            Ok(gw.create_answer(&payment))
+        },
+    )
     .await
 }
 
 async fn execute(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
-    let parsed = authorize(gw, &headers).and_then(|key| Ok((key, Gateway::payment_id_of(&body)?)));
-    let payment_id = parsed.as_ref().ok().map(|(_, id)| id.clone());
-    let invoice = payment_id.as_deref().and_then(|id| gw.invoice_of(id));
+    let parsed = payment_call(gw, &headers, &body);
+    let (id, invoice) = parsed
+        .as_ref()
+        .map(|(_, id, inv)| (id.clone(), inv.clone()))
+        .unwrap_or_default();
     let subject = Subject {
-        payment_id: payment_id.as_deref(),
+        payment_id: Some(&id),
         invoice: invoice.as_deref(),
     };
-    scripted(&app, Operation::Execute, subject, |shape| {
-        let (key, id) = parsed?;
-        if shape.cancel {
-            gw.cancel(&id);
-        }
-        let (answer, payment) = gw.execute(key, &id, shape.rule.map(str::to_owned))?;
-        let webhook = gw.script().decide(
-            Operation::Webhook,
-            Subject {
-                payment_id: Some(&payment.payment_id),
-                invoice: Some(&payment.merchant_invoice_number),
-            },
-        );
-        if let Some(d) = &webhook {
-            gw.record_fault(
+    scripted(
+        &app,
+        Operation::Execute,
+        subject,
+        parsed,
+        |(key, id, _), shape| {
+            if shape.cancel && gw.payment_owned_by(key, &id) {
+                gw.cancel(&id);
+            }
+            let (answer, payment) = gw.execute(key, &id, shape.rule.map(str::to_owned))?;
+            let webhook = gw.script().decide(
                 Operation::Webhook,
-                &d.rule,
-                &d.action,
-                Some(&payment.payment_id),
+                Subject {
+                    payment_id: Some(&payment.payment_id),
+                    invoice: Some(&payment.merchant_invoice_number),
+                },
             );
-        }
-        app.webhooks.publish(&payment, webhook);
-        Ok(answer)
-    })
+            if let Some(d) = &webhook {
+                gw.record_fault(
+                    Operation::Webhook,
+                    &d.rule,
+                    &d.action,
+                    Some(&payment.payment_id),
+                );
+            }
+            app.webhooks.publish(&payment, webhook);
+            Ok(answer)
+        },
+    )
     .await
 }
 
 async fn status(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
-    let parsed = authorize(gw, &headers).and_then(|key| Ok((key, Gateway::payment_id_of(&body)?)));
-    let payment_id = parsed.as_ref().ok().map(|(_, id)| id.clone());
-    let invoice = payment_id.as_deref().and_then(|id| gw.invoice_of(id));
+    let parsed = payment_call(gw, &headers, &body);
+    let (id, invoice) = parsed
+        .as_ref()
+        .map(|(_, id, inv)| (id.clone(), inv.clone()))
+        .unwrap_or_default();
     let subject = Subject {
-        payment_id: payment_id.as_deref(),
+        payment_id: Some(&id),
         invoice: invoice.as_deref(),
     };
-    scripted(&app, Operation::Status, subject, |_| {
-        let (key, id) = parsed?;
-        gw.status(key, &id)
-    })
+    scripted(
+        &app,
+        Operation::Status,
+        subject,
+        parsed,
+        |(key, id, _), _| gw.status(key, &id),
+    )
     .await
 }
 
 async fn search(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
-    scripted(&app, Operation::Search, Subject::default(), |_| {
-        gw.search(authorize(gw, &headers)?, &body)
-    })
+    let parsed = authorize(gw, &headers);
+    scripted(
+        &app,
+        Operation::Search,
+        Subject::default(),
+        parsed,
+        |key, _| gw.search(key, &body),
+    )
     .await
 }
 
 async fn refund(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
-    let payment_id = Gateway::payment_id_of(&body).ok();
+    let parsed = payment_call(gw, &headers, &body);
+    let id = parsed.as_ref().map(|(_, id, _)| id.clone()).ok();
     let subject = Subject {
-        payment_id: payment_id.as_deref(),
+        payment_id: id.as_deref(),
         invoice: None,
     };
-    scripted(&app, Operation::Refund, subject, |_| {
-        gw.refund(authorize(gw, &headers)?, &body)
-    })
+    scripted(
+        &app,
+        Operation::Refund,
+        subject,
+        parsed,
+        |(key, _, _), _| gw.refund(key, &body),
+    )
     .await
 }

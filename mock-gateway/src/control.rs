@@ -99,9 +99,7 @@ async fn add_rule(State(app): State<Arc<App>>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(e) => return bad_request(format!("rule does not parse: {e}")),
     };
-    let mut spec = app.gateway.script().spec();
-    spec.rules.push(rule);
-    match app.gateway.set_script(spec) {
+    match app.gateway.add_rule(rule) {
         Ok(()) => Json(app.gateway.script().spec()).into_response(),
         Err(e) => bad_request(e),
     }

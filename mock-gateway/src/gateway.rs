@@ -530,6 +530,35 @@ impl Gateway {
         Ok((status, p.clone()))
     }
 
+    /// Whether `payment_id` exists and was created with `app_key`.
+    pub fn payment_owned_by(&self, app_key: &str, payment_id: &str) -> bool {
+        self.payments
+            .get(payment_id)
+            .is_some_and(|p| p.app_key == app_key)
+    }
+
+    /// Records an execute call a script answered without executing (a scripted
+    /// failure or a hang without completion): the ledger keeps every call.
+    pub fn note_unexecuted_call(&self, payment_id: &str, answer: &str, rule: &str) {
+        let now = self.clock.now();
+        if let Some(mut p) = self.payments.get_mut(payment_id) {
+            p.execute_calls.push(crate::payments::ExecuteCall {
+                at: now,
+                status_code: answer.to_owned(),
+                scripted: Some(rule.to_owned()),
+            });
+        }
+    }
+
+    /// Appends a rule to the live script, keeping every existing rule's firing
+    /// count and the per-operation call counts (so `times` and `nth` hold).
+    pub fn add_rule(&self, rule: crate::script::Rule) -> Result<(), crate::script::ScriptError> {
+        let mut live = self.script.write();
+        let next = live.with_rule(rule)?;
+        *live = Arc::new(next);
+        Ok(())
+    }
+
     /// The gateway cancels a payment itself (scripted `cancel`).
     pub fn cancel(&self, payment_id: &str) -> bool {
         let now = self.clock.now();

@@ -430,6 +430,23 @@ impl Script {
         }
     }
 
+    /// This script plus `rule` at the end, with every counter carried over.
+    pub fn with_rule(&self, rule: Rule) -> Result<Script, ScriptError> {
+        rule.validate(self.rules.len())?;
+        let mut rules: Vec<(Rule, AtomicU64)> = self
+            .rules
+            .iter()
+            .map(|(r, n)| (r.clone(), AtomicU64::new(n.load(Ordering::Relaxed))))
+            .collect();
+        rules.push((rule, AtomicU64::new(0)));
+        let calls = std::array::from_fn(|i| AtomicU64::new(self.calls[i].load(Ordering::Relaxed)));
+        Ok(Script {
+            seed: self.seed,
+            rules,
+            calls,
+        })
+    }
+
     /// The rules, as given.
     pub fn spec(&self) -> ScriptSpec {
         ScriptSpec {

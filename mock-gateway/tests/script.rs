@@ -295,6 +295,9 @@ async fn fail_with_a_code_answers_it_and_does_not_execute() {
     assert_eq!(p["state"], "Authorized", "{p}");
     assert!(p["trxID"].is_null(), "{p}");
     assert!(p["executedAt"].is_null(), "{p}");
+    // the refused call is still in the payment's ledger, tagged with its rule
+    assert_eq!(p["executeCalls"][0]["status_code"], "2003", "{p}");
+    assert_eq!(p["executeCalls"][0]["scripted"], "execute-refused", "{p}");
     let status = m.status(&id).await;
     assert_eq!(status["transactionStatus"], "Initiated", "{status}");
     assert!(status.get("trxID").is_none(), "{status}");
@@ -1076,4 +1079,61 @@ async fn control_reset_forgets_payments_tokens_and_rules() {
     let fresh = Merchant::connect(&gw).await;
     let (id, _) = fresh.create_ok("INV-RESET-3", NOWHERE).await;
     assert_eq!(fresh.status(&id).await["statusCode"], "0000");
+}
+
+#[tokio::test]
+async fn appending_a_rule_keeps_the_budgets_of_the_others() {
+    let gw = gateway(
+        r#"
+        [[rule]]
+        name = "once"
+        op = "status"
+        action = { fail = { code = "2003" } }
+        times = 1
+        "#,
+    )
+    .await;
+    let m = Merchant::connect(&gw).await;
+    let (id, _) = m.create_ok("INV-KEEP", NOWHERE).await;
+    assert_eq!(m.status(&id).await["statusCode"], "2003");
+    assert_eq!(m.status(&id).await["statusCode"], "0000", "budget spent");
+    let resp = http()
+        .post(format!("{}/__mock/rules", gw.url))
+        .json(&json!({"name": "other", "op": "create", "action": {"fail": {"code": "2003"}}, "select": {"invoice_prefix": "NEVER"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        m.status(&id).await["statusCode"],
+        "0000",
+        "appending must not refill the spent budget"
+    );
+}
+
+#[tokio::test]
+async fn a_caller_without_a_valid_token_is_refused_before_any_rule() {
+    let gw = gateway(
+        r#"
+        [[rule]]
+        name = "cancel-all"
+        op = "execute"
+        action = "cancel"
+        "#,
+    )
+    .await;
+    let m = Merchant::connect(&gw).await;
+    let id = m.authorised("INV-AUTH").await;
+    let intruder = Merchant {
+        http: http(),
+        base: gw.url.clone(),
+        token: "stolen".into(),
+    };
+    assert_eq!(intruder.execute(&id).await["statusCode"], "2080");
+    let p = ledger_payment(&gw, &id).await;
+    assert_eq!(
+        p["state"], "Authorized",
+        "an unauthorised call must not trigger the cancel: {p}"
+    );
+    assert!(fault_rules(&ledger(&gw).await).is_empty());
 }
