@@ -106,14 +106,22 @@ impl Payer {
     pub async fn open(&self, bkash_url: &str) -> Result<String, PayerError> {
         let resp = self.http.get(bkash_url).send().await?;
         if resp.status() != StatusCode::OK {
-            return Err(PayerError::Unexpected(format!("checkout page answered {}", resp.status())));
+            return Err(PayerError::Unexpected(format!(
+                "checkout page answered {}",
+                resp.status()
+            )));
         }
         Ok(resp.text().await?)
     }
 
     /// Presses a button: `action` is "pay", "cancel" or "fail".
     pub async fn act(&self, bkash_url: &str, action: &str) -> Result<ActResult, PayerError> {
-        let resp = self.http.post(bkash_url).form(&[("action", action)]).send().await?;
+        let resp = self
+            .http
+            .post(bkash_url)
+            .form(&[("action", action)])
+            .send()
+            .await?;
         let status = resp.status();
         if status == StatusCode::FOUND {
             let location = resp
@@ -121,32 +129,56 @@ impl Payer {
                 .get(reqwest::header::LOCATION)
                 .and_then(|v| v.to_str().ok())
                 .ok_or_else(|| PayerError::Unexpected("302 without Location".into()))?;
-            let url = url::Url::parse(location).map_err(|e| PayerError::Unexpected(format!("Location {location:?}: {e}")))?;
+            let url = url::Url::parse(location)
+                .map_err(|e| PayerError::Unexpected(format!("Location {location:?}: {e}")))?;
             return Ok(ActResult::Redirect(url));
         }
         if status == StatusCode::OK {
             return Ok(ActResult::NoRedirect);
         }
-        let code = resp.headers().get(STATUS_CODE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        Ok(ActResult::Refused { http: status.as_u16(), code })
+        let code = resp
+            .headers()
+            .get(STATUS_CODE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Ok(ActResult::Refused {
+            http: status.as_u16(),
+            code,
+        })
     }
 
     /// Follows a redirect to the merchant, as the browser does.
     pub async fn deliver(&self, url: &url::Url) -> Delivered {
         match self.http.get(url.clone()).send().await {
-            Ok(resp) => Delivered { url: url.clone(), status: Some(resp.status().as_u16()), error: None },
-            Err(e) => Delivered { url: url.clone(), status: None, error: Some(e.to_string()) },
+            Ok(resp) => Delivered {
+                url: url.clone(),
+                status: Some(resp.status().as_u16()),
+                error: None,
+            },
+            Err(e) => Delivered {
+                url: url.clone(),
+                status: None,
+                error: Some(e.to_string()),
+            },
         }
     }
 
     /// Carries out `behaviour` for the payment behind `bkash_url`.
-    pub async fn run(&self, bkash_url: &str, behaviour: &Behaviour) -> Result<PayerRun, PayerError> {
+    pub async fn run(
+        &self,
+        bkash_url: &str,
+        behaviour: &Behaviour,
+    ) -> Result<PayerRun, PayerError> {
         let mut run = PayerRun::default();
         match behaviour {
             Behaviour::Abandon => {
                 self.open(bkash_url).await?;
             }
-            Behaviour::PayNow | Behaviour::PressBack | Behaviour::PayAfter(_) | Behaviour::Cancel | Behaviour::Fail => {
+            Behaviour::PayNow
+            | Behaviour::PressBack
+            | Behaviour::PayAfter(_)
+            | Behaviour::Cancel
+            | Behaviour::Fail => {
                 if let Behaviour::PayAfter(wait) = behaviour {
                     tokio::time::sleep(*wait).await;
                 }
@@ -179,7 +211,8 @@ impl Payer {
             Behaviour::ForgeStatus(status) => {
                 let answer = self.act(bkash_url, "pay").await?;
                 if let ActResult::Redirect(url) = &answer {
-                    run.delivered.push(self.deliver(&with_status(url, status)).await);
+                    run.delivered
+                        .push(self.deliver(&with_status(url, status)).await);
                 }
                 run.actions.push(answer);
             }
@@ -196,7 +229,13 @@ pub fn with_status(url: &url::Url, status: &str) -> url::Url {
     let mut forged = url.clone();
     let pairs: Vec<(String, String)> = url
         .query_pairs()
-        .map(|(k, v)| if k == "status" { (k.into_owned(), status.to_owned()) } else { (k.into_owned(), v.into_owned()) })
+        .map(|(k, v)| {
+            if k == "status" {
+                (k.into_owned(), status.to_owned())
+            } else {
+                (k.into_owned(), v.into_owned())
+            }
+        })
         .collect();
     forged.query_pairs_mut().clear().extend_pairs(pairs);
     forged
@@ -208,8 +247,12 @@ mod tests {
 
     #[test]
     fn forging_rewrites_only_the_status() {
-        let u = url::Url::parse("http://m/cb?x=1&paymentID=TR1&status=success&signature=abc").unwrap();
+        let u =
+            url::Url::parse("http://m/cb?x=1&paymentID=TR1&status=success&signature=abc").unwrap();
         let f = with_status(&u, "cancel");
-        assert_eq!(f.as_str(), "http://m/cb?x=1&paymentID=TR1&status=cancel&signature=abc");
+        assert_eq!(
+            f.as_str(),
+            "http://m/cb?x=1&paymentID=TR1&status=cancel&signature=abc"
+        );
     }
 }

@@ -20,11 +20,23 @@ struct Client {
 
 impl Client {
     fn new(running: &Running) -> Client {
-        Client { http: reqwest::Client::new(), base: running.url.clone() }
+        Client {
+            http: reqwest::Client::new(),
+            base: running.url.clone(),
+        }
     }
 
-    async fn raw(&self, path: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> reqwest::Response {
-        let mut req = self.http.post(format!("{}{path}", self.base)).body(body).header("content-type", "application/json");
+    async fn raw(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .body(body)
+            .header("content-type", "application/json");
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -33,7 +45,11 @@ impl Client {
 
     async fn post(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Value {
         let resp = self.raw(path, headers, body.to_string()).await;
-        assert_eq!(resp.status(), 200, "{path} answers HTTP 200, errors included");
+        assert_eq!(
+            resp.status(),
+            200,
+            "{path} answers HTTP 200, errors included"
+        );
         resp.json().await.unwrap()
     }
 
@@ -53,7 +69,12 @@ impl Client {
     }
 
     async fn call(&self, token: &str, op: &str, body: Value) -> Value {
-        self.post(&format!("/tokenized/checkout/{op}"), &[("authorization", token), ("x-app-key", KEY)], body).await
+        self.post(
+            &format!("/tokenized/checkout/{op}"),
+            &[("authorization", token), ("x-app-key", KEY)],
+            body,
+        )
+        .await
     }
 
     async fn create(&self, token: &str, invoice: &str) -> Value {
@@ -74,11 +95,16 @@ fn create_body(invoice: &str) -> Value {
 }
 
 async fn gateway(config: Config) -> Running {
-    mock_gateway::start_local(config, ScriptSpec::default()).await.unwrap()
+    mock_gateway::start_local(config, ScriptSpec::default())
+        .await
+        .unwrap()
 }
 
 fn roomy() -> Config {
-    Config { grant_limit: 100, ..Config::default() }
+    Config {
+        grant_limit: 100,
+        ..Config::default()
+    }
 }
 
 async fn pay(url: &str) {
@@ -103,22 +129,47 @@ async fn grant_answers_bkash_token_fields_and_refuses_bad_credentials() {
 
     let grant_with = |u: &'static str, p: &'static str, body: Value| {
         let c = &c;
-        async move { c.post("/tokenized/checkout/token/grant", &[("username", u), ("password", p)], body).await }
+        async move {
+            c.post(
+                "/tokenized/checkout/token/grant",
+                &[("username", u), ("password", p)],
+                body,
+            )
+            .await
+        }
     };
     let wrong_pass = grant_with(USER, "nope", json!({"app_key": KEY, "app_secret": SECRET})).await;
     assert_eq!(wrong_pass["statusCode"], "2079");
-    let wrong_key = grant_with(USER, PASS, json!({"app_key": "other", "app_secret": SECRET})).await;
+    let wrong_key = grant_with(
+        USER,
+        PASS,
+        json!({"app_key": "other", "app_secret": SECRET}),
+    )
+    .await;
     assert_eq!(wrong_key["statusCode"], "2001");
     let wrong_secret = grant_with(USER, PASS, json!({"app_key": KEY, "app_secret": "x"})).await;
     assert_eq!(wrong_secret["statusCode"], "2001");
     let missing = grant_with(USER, PASS, json!({"app_key": KEY})).await;
     assert_eq!(missing["statusCode"], "2065");
-    let garbage = c.raw("/tokenized/checkout/token/grant", &[("username", USER), ("password", PASS)], "{oops").await;
+    let garbage = c
+        .raw(
+            "/tokenized/checkout/token/grant",
+            &[("username", USER), ("password", PASS)],
+            "{oops",
+        )
+        .await;
     assert_eq!(garbage.status(), 200);
     assert_eq!(garbage.json::<Value>().await.unwrap()["statusCode"], "2025");
     for refused in [&wrong_pass, &wrong_key, &missing] {
-        assert!(refused.get("id_token").is_none(), "a refusal carries no token: {refused}");
-        assert!(refused["statusMessage"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(
+            refused.get("id_token").is_none(),
+            "a refusal carries no token: {refused}"
+        );
+        assert!(
+            refused["statusMessage"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
     }
     gw.stop().await;
 }
@@ -163,25 +214,67 @@ async fn third_grant_in_the_window_is_refused_but_refresh_is_not_limited() {
 async fn tokens_expire_after_an_hour_and_unknown_tokens_are_refused() {
     let clock = ManualClock::new(chrono::Utc::now());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gw = mock_gateway::start(listener, Config { public_url: String::new(), ..roomy() }, ScriptSpec::default(), None, Arc::new(clock.clone()))
-        .await
-        .unwrap();
+    let gw = mock_gateway::start(
+        listener,
+        Config {
+            public_url: String::new(),
+            ..roomy()
+        },
+        ScriptSpec::default(),
+        None,
+        Arc::new(clock.clone()),
+    )
+    .await
+    .unwrap();
     let c = Client::new(&gw);
     let token = c.token().await;
     assert_eq!(c.create(&token, "A").await["statusCode"], "0000");
-    assert_eq!(c.create(&format!("Bearer {token}"), "A").await["statusCode"], "0000", "Bearer prefix accepted");
+    assert_eq!(
+        c.create(&format!("Bearer {token}"), "A").await["statusCode"],
+        "0000",
+        "Bearer prefix accepted"
+    );
     assert_eq!(c.create("not-a-token", "A").await["statusCode"], "2080");
-    assert_eq!(c.call(&token, "create", create_body("A")).await["statusCode"], "0000");
-    let no_key = c.post("/tokenized/checkout/create", &[("authorization", token.as_str())], create_body("A")).await;
+    assert_eq!(
+        c.call(&token, "create", create_body("A")).await["statusCode"],
+        "0000"
+    );
+    let no_key = c
+        .post(
+            "/tokenized/checkout/create",
+            &[("authorization", token.as_str())],
+            create_body("A"),
+        )
+        .await;
     assert_eq!(no_key["statusCode"], "2001");
-    let wrong_key = c.post("/tokenized/checkout/create", &[("authorization", token.as_str()), ("x-app-key", "other")], create_body("A")).await;
+    let wrong_key = c
+        .post(
+            "/tokenized/checkout/create",
+            &[("authorization", token.as_str()), ("x-app-key", "other")],
+            create_body("A"),
+        )
+        .await;
     assert_eq!(wrong_key["statusCode"], "2001");
-    let no_auth = c.post("/tokenized/checkout/create", &[("x-app-key", KEY)], create_body("A")).await;
+    let no_auth = c
+        .post(
+            "/tokenized/checkout/create",
+            &[("x-app-key", KEY)],
+            create_body("A"),
+        )
+        .await;
     assert_eq!(no_auth["statusCode"], "2080");
     clock.advance(chrono::Duration::seconds(3599));
-    assert_eq!(c.create(&token, "B").await["statusCode"], "0000", "still valid just before expiry");
+    assert_eq!(
+        c.create(&token, "B").await["statusCode"],
+        "0000",
+        "still valid just before expiry"
+    );
     clock.advance(chrono::Duration::seconds(1));
-    assert_eq!(c.create(&token, "C").await["statusCode"], "2080", "expired at expires_in");
+    assert_eq!(
+        c.create(&token, "C").await["statusCode"],
+        "2080",
+        "expired at expires_in"
+    );
     gw.stop().await;
 }
 
@@ -193,24 +286,53 @@ async fn create_answers_every_field_and_validates_input() {
     let p = c.create(&token, "INV-1").await;
     assert_eq!(p["statusCode"], "0000");
     for field in [
-        "paymentID", "bkashURL", "callbackURL", "successCallbackURL", "failureCallbackURL",
-        "cancelledCallbackURL", "amount", "currency", "intent", "merchantInvoiceNumber", "paymentCreateTime",
+        "paymentID",
+        "bkashURL",
+        "callbackURL",
+        "successCallbackURL",
+        "failureCallbackURL",
+        "cancelledCallbackURL",
+        "amount",
+        "currency",
+        "intent",
+        "merchantInvoiceNumber",
+        "paymentCreateTime",
     ] {
-        assert!(p[field].as_str().is_some_and(|s| !s.is_empty()), "{field} missing in {p}");
+        assert!(
+            p[field].as_str().is_some_and(|s| !s.is_empty()),
+            "{field} missing in {p}"
+        );
     }
     assert_eq!(p["transactionStatus"], "Initiated");
     assert_eq!(p["amount"], "500");
     assert_eq!(p["merchantInvoiceNumber"], "INV-1");
-    let created = mock_gateway::wire::parse_api_time(p["paymentCreateTime"].as_str().unwrap()).unwrap();
-    assert!((chrono::Utc::now() - created).num_seconds().abs() < 60, "bKash time format, Dhaka time");
+    let created =
+        mock_gateway::wire::parse_api_time(p["paymentCreateTime"].as_str().unwrap()).unwrap();
+    assert!(
+        (chrono::Utc::now() - created).num_seconds().abs() < 60,
+        "bKash time format, Dhaka time"
+    );
     let id = p["paymentID"].as_str().unwrap();
     let success = url::Url::parse(p["successCallbackURL"].as_str().unwrap()).unwrap();
     let q: std::collections::HashMap<_, _> = success.query_pairs().into_owned().collect();
     assert_eq!(q["paymentID"], id);
     assert_eq!(q["status"], "success");
-    assert_eq!(q["signature"], gw.app.gateway.payment(id).unwrap().signature);
-    assert!(p["cancelledCallbackURL"].as_str().unwrap().contains("status=cancel"));
-    assert!(p["failureCallbackURL"].as_str().unwrap().contains("status=failure"));
+    assert_eq!(
+        q["signature"],
+        gw.app.gateway.payment(id).unwrap().signature
+    );
+    assert!(
+        p["cancelledCallbackURL"]
+            .as_str()
+            .unwrap()
+            .contains("status=cancel")
+    );
+    assert!(
+        p["failureCallbackURL"]
+            .as_str()
+            .unwrap()
+            .contains("status=failure")
+    );
     // a number amount, as some clients send
     let mut numeric = create_body("INV-2");
     numeric["amount"] = json!(12.5);
@@ -237,7 +359,14 @@ async fn create_answers_every_field_and_validates_input() {
             bad.push(format!("{field}={value}: {answer}"));
         }
     }
-    for field in ["mode", "callbackURL", "amount", "currency", "intent", "merchantInvoiceNumber"] {
+    for field in [
+        "mode",
+        "callbackURL",
+        "amount",
+        "currency",
+        "intent",
+        "merchantInvoiceNumber",
+    ] {
         let mut body = create_body("INV-X");
         body.as_object_mut().unwrap().remove(field);
         let answer = c.call(&token, "create", body).await;
@@ -259,9 +388,14 @@ async fn execute_needs_the_payer_and_succeeds_once() {
     let p = c.create(&token, "INV-E").await;
     let id = p["paymentID"].as_str().unwrap();
     let early = c.call(&token, "execute", json!({"paymentID": id})).await;
-    assert_eq!(early["statusCode"], "2056", "not yet authorised by the payer");
+    assert_eq!(
+        early["statusCode"], "2056",
+        "not yet authorised by the payer"
+    );
     pay(p["bkashURL"].as_str().unwrap()).await;
-    let status = c.call(&token, "payment/status", json!({"paymentID": id})).await;
+    let status = c
+        .call(&token, "payment/status", json!({"paymentID": id}))
+        .await;
     assert_eq!(status["transactionStatus"], "Initiated");
     assert_eq!(status["verificationStatus"], "Complete");
     let done = c.call(&token, "execute", json!({"paymentID": id})).await;
@@ -276,12 +410,16 @@ async fn execute_needs_the_payer_and_succeeds_once() {
     let again = c.call(&token, "execute", json!({"paymentID": id})).await;
     assert_eq!(again["statusCode"], "2117");
     assert!(again.get("trxID").is_none());
-    let unknown = c.call(&token, "execute", json!({"paymentID": "TR0011NOPE"})).await;
+    let unknown = c
+        .call(&token, "execute", json!({"paymentID": "TR0011NOPE"}))
+        .await;
     assert_eq!(unknown["statusCode"], "2002");
     let missing = c.call(&token, "execute", json!({})).await;
     assert_eq!(missing["statusCode"], "2065");
 
-    let status = c.call(&token, "payment/status", json!({"paymentID": id})).await;
+    let status = c
+        .call(&token, "payment/status", json!({"paymentID": id}))
+        .await;
     assert_eq!(status["statusCode"], "0000");
     assert_eq!(status["transactionStatus"], "Completed");
     assert_eq!(status["trxID"], trx.as_str());
@@ -289,8 +427,16 @@ async fn execute_needs_the_payer_and_succeeds_once() {
     assert_eq!(status["verificationStatus"], "Complete");
     assert_eq!(status["mode"], "0011");
     let ledger = gw.app.gateway.payment(id).unwrap();
-    let codes: Vec<_> = ledger.execute_calls.iter().map(|e| e.status_code.as_str()).collect();
-    assert_eq!(codes, ["2056", "0000", "2117"], "the ledger keeps every execute call");
+    let codes: Vec<_> = ledger
+        .execute_calls
+        .iter()
+        .map(|e| e.status_code.as_str())
+        .collect();
+    assert_eq!(
+        codes,
+        ["2056", "0000", "2117"],
+        "the ledger keeps every execute call"
+    );
     gw.stop().await;
 }
 
@@ -309,10 +455,22 @@ async fn concurrent_executes_complete_a_payment_exactly_once() {
             let id = id.clone();
             tokio::spawn(async move { c.call(&token, "execute", json!({"paymentID": id})).await })
         });
-        let answers: Vec<Value> = futures_util::future::join_all(calls).await.into_iter().map(Result::unwrap).collect();
-        let ok: Vec<_> = answers.iter().filter(|a| a["statusCode"] == "0000").collect();
+        let answers: Vec<Value> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let ok: Vec<_> = answers
+            .iter()
+            .filter(|a| a["statusCode"] == "0000")
+            .collect();
         assert_eq!(ok.len(), 1, "exactly one execute wins: {answers:?}");
-        assert!(answers.iter().filter(|a| a["statusCode"] != "0000").all(|a| a["statusCode"] == "2117"));
+        assert!(
+            answers
+                .iter()
+                .filter(|a| a["statusCode"] != "0000")
+                .all(|a| a["statusCode"] == "2117")
+        );
     }
     assert_eq!(gw.app.gateway.metrics.json()["executed"], 10);
     gw.stop().await;
@@ -325,24 +483,48 @@ async fn cancelled_and_failed_payments_are_refused() {
     let token = c.token().await;
     let payer = Payer::new(std::time::Duration::from_secs(5)).unwrap();
     let cancelled = c.create(&token, "INV-X1").await;
-    let run = payer.run(cancelled["bkashURL"].as_str().unwrap(), &Behaviour::Cancel).await.unwrap();
+    let run = payer
+        .run(cancelled["bkashURL"].as_str().unwrap(), &Behaviour::Cancel)
+        .await
+        .unwrap();
     match &run.actions[0] {
         ActResult::Redirect(u) => assert!(u.query().unwrap().contains("status=cancel")),
         other => panic!("{other:?}"),
     }
     let id = cancelled["paymentID"].as_str().unwrap();
-    assert_eq!(c.call(&token, "execute", json!({"paymentID": id})).await["statusCode"], "2069");
-    assert_eq!(c.call(&token, "payment/status", json!({"paymentID": id})).await["transactionStatus"], "Cancelled");
+    assert_eq!(
+        c.call(&token, "execute", json!({"paymentID": id})).await["statusCode"],
+        "2069"
+    );
+    assert_eq!(
+        c.call(&token, "payment/status", json!({"paymentID": id}))
+            .await["transactionStatus"],
+        "Cancelled"
+    );
     // the payer cannot pay a cancelled payment
-    match payer.act(cancelled["bkashURL"].as_str().unwrap(), "pay").await.unwrap() {
+    match payer
+        .act(cancelled["bkashURL"].as_str().unwrap(), "pay")
+        .await
+        .unwrap()
+    {
         ActResult::Refused { http: 409, code } => assert_eq!(code.as_deref(), Some("2069")),
         other => panic!("{other:?}"),
     }
     let failed = c.create(&token, "INV-X2").await;
-    payer.run(failed["bkashURL"].as_str().unwrap(), &Behaviour::Fail).await.unwrap();
+    payer
+        .run(failed["bkashURL"].as_str().unwrap(), &Behaviour::Fail)
+        .await
+        .unwrap();
     let fid = failed["paymentID"].as_str().unwrap();
-    assert_eq!(c.call(&token, "execute", json!({"paymentID": fid})).await["statusCode"], "2056");
-    assert_eq!(c.call(&token, "payment/status", json!({"paymentID": fid})).await["transactionStatus"], "Failed");
+    assert_eq!(
+        c.call(&token, "execute", json!({"paymentID": fid})).await["statusCode"],
+        "2056"
+    );
+    assert_eq!(
+        c.call(&token, "payment/status", json!({"paymentID": fid}))
+            .await["transactionStatus"],
+        "Failed"
+    );
     gw.stop().await;
 }
 
@@ -354,16 +536,35 @@ async fn search_and_refund() {
     let p = c.create(&token, "INV-S").await;
     let id = p["paymentID"].as_str().unwrap();
     pay(p["bkashURL"].as_str().unwrap()).await;
-    let trx = c.call(&token, "execute", json!({"paymentID": id})).await["trxID"].as_str().unwrap().to_owned();
-    let found = c.call(&token, "general/searchTransaction", json!({"trxID": trx})).await;
+    let trx = c.call(&token, "execute", json!({"paymentID": id})).await["trxID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let found = c
+        .call(&token, "general/searchTransaction", json!({"trxID": trx}))
+        .await;
     assert_eq!(found["statusCode"], "0000");
     assert_eq!(found["trxID"], trx.as_str());
     assert_eq!(found["transactionStatus"], "Completed");
     assert_eq!(found["amount"], "500");
-    for field in ["initiationTime", "completedTime", "transactionType", "customerMsisdn", "organizationShortCode"] {
+    for field in [
+        "initiationTime",
+        "completedTime",
+        "transactionType",
+        "customerMsisdn",
+        "organizationShortCode",
+    ] {
         assert!(found[field].as_str().is_some(), "{field} in {found}");
     }
-    assert_eq!(c.call(&token, "general/searchTransaction", json!({"trxID": "NOPE"})).await["statusCode"], "2033");
+    assert_eq!(
+        c.call(
+            &token,
+            "general/searchTransaction",
+            json!({"trxID": "NOPE"})
+        )
+        .await["statusCode"],
+        "2033"
+    );
 
     let refund = |amount: &'static str| {
         let c = &c;
@@ -384,12 +585,26 @@ async fn search_and_refund() {
     assert_eq!(refund("300").await["statusCode"], "0000");
     assert_eq!(refund("1").await["statusCode"], "2034");
     // refund status: same path without an amount reports the latest refund
-    let st = c.call(&token, "payment/refund", json!({"paymentID": id, "trxID": trx})).await;
+    let st = c
+        .call(
+            &token,
+            "payment/refund",
+            json!({"paymentID": id, "trxID": trx}),
+        )
+        .await;
     assert_eq!(st["statusCode"], "0000");
     assert_eq!(st["amount"], "300");
-    let wrong_trx = c.call(&token, "payment/refund", json!({"paymentID": id, "trxID": "X", "amount": "1"})).await;
+    let wrong_trx = c
+        .call(
+            &token,
+            "payment/refund",
+            json!({"paymentID": id, "trxID": "X", "amount": "1"}),
+        )
+        .await;
     assert_eq!(wrong_trx["statusCode"], "2033");
-    let after = c.call(&token, "general/searchTransaction", json!({"trxID": trx})).await;
+    let after = c
+        .call(&token, "general/searchTransaction", json!({"trxID": trx}))
+        .await;
     assert_eq!(after["maxRefundableAmount"], "0");
     gw.stop().await;
 }
@@ -397,7 +612,10 @@ async fn search_and_refund() {
 #[tokio::test]
 async fn versioned_paths_serve_the_same_api() {
     let gw = gateway(roomy()).await;
-    let c = Client { http: reqwest::Client::new(), base: format!("{}/v1.2.0-beta", gw.url) };
+    let c = Client {
+        http: reqwest::Client::new(),
+        base: format!("{}/v1.2.0-beta", gw.url),
+    };
     let token = c.token().await;
     assert_eq!(c.create(&token, "INV-V").await["statusCode"], "0000");
     gw.stop().await;
@@ -420,15 +638,37 @@ async fn no_input_makes_the_api_answer_anything_but_a_bkash_json_error() {
         format!("{{\"trxID\": \"{}\"}}", "A".repeat(100_000)).into_bytes(),
         b"{\"paymentID\": \"\\u0000\"}".to_vec(),
     ];
-    for op in ["token/grant", "token/refresh", "create", "execute", "payment/status", "general/searchTransaction", "payment/refund"] {
+    for op in [
+        "token/grant",
+        "token/refresh",
+        "create",
+        "execute",
+        "payment/status",
+        "general/searchTransaction",
+        "payment/refund",
+    ] {
         for body in &bodies {
             let resp = c
-                .raw(&format!("/tokenized/checkout/{op}"), &[("authorization", &token), ("x-app-key", KEY), ("username", USER), ("password", PASS)], body.clone())
+                .raw(
+                    &format!("/tokenized/checkout/{op}"),
+                    &[
+                        ("authorization", &token),
+                        ("x-app-key", KEY),
+                        ("username", USER),
+                        ("password", PASS),
+                    ],
+                    body.clone(),
+                )
                 .await;
             assert_eq!(resp.status(), 200, "{op} {body:?}");
             let v: Value = resp.json().await.unwrap();
             let code = v["statusCode"].as_str().unwrap();
-            assert_ne!(code, "0000", "{op} accepted {:?}", String::from_utf8_lossy(body));
+            assert_ne!(
+                code,
+                "0000",
+                "{op} accepted {:?}",
+                String::from_utf8_lossy(body)
+            );
             assert!(v["statusMessage"].as_str().is_some());
         }
     }
@@ -444,9 +684,14 @@ async fn checkout_page_shows_the_payment_and_refuses_bad_links() {
     let url = p["bkashURL"].as_str().unwrap();
     let payer = Payer::new(std::time::Duration::from_secs(5)).unwrap();
     let html = payer.open(url).await.unwrap();
-    assert!(html.contains("INV-PAGE") && html.contains("value=pay") && html.contains("value=cancel"));
+    assert!(
+        html.contains("INV-PAGE") && html.contains("value=pay") && html.contains("value=cancel")
+    );
     let forged = url.replace("hash=", "hash=00");
-    assert!(payer.open(&forged).await.is_err(), "a wrong hash shows no page");
+    assert!(
+        payer.open(&forged).await.is_err(),
+        "a wrong hash shows no page"
+    );
     match payer.act(&forged, "pay").await.unwrap() {
         ActResult::Refused { http: 404, .. } => {}
         other => panic!("{other:?}"),
@@ -455,10 +700,20 @@ async fn checkout_page_shows_the_payment_and_refuses_bad_links() {
         ActResult::Refused { http: 400, .. } => {}
         other => panic!("{other:?}"),
     }
-    assert_eq!(gw.app.gateway.payment(p["paymentID"].as_str().unwrap()).unwrap().payer_events.len(), 0);
+    assert_eq!(
+        gw.app
+            .gateway
+            .payment(p["paymentID"].as_str().unwrap())
+            .unwrap()
+            .payer_events
+            .len(),
+        0
+    );
     // second tab: both tabs pay, both redirects say success, the payment is authorised once
     let run = payer.run(url, &Behaviour::SecondTab).await.unwrap();
     assert_eq!(run.actions.len(), 2);
-    assert!(run.actions.iter().all(|a| matches!(a, ActResult::Redirect(u) if u.query().unwrap().contains("status=success"))));
+    assert!(run.actions.iter().all(
+        |a| matches!(a, ActResult::Redirect(u) if u.query().unwrap().contains("status=success"))
+    ));
     gw.stop().await;
 }
