@@ -91,12 +91,28 @@ pub struct DeliveryRecord {
     pub endpoint: String,
     /// The scripted rule that shaped it.
     pub rule: Option<String>,
-    /// "duplicate", "unsigned", "bad_signature", "tampered", "replay", "cert_url_spoof", or none.
+    /// "duplicate", "dropped", "unsigned", "bad_signature", "tampered", "replay",
+    /// "cert_url_spoof", or none. A `replay` with nothing to replay yet is `dropped` as outcome.
     pub variant: Option<String>,
     /// What happened.
     pub outcome: Outcome,
     /// Attempts in order.
     pub attempts: Vec<Attempt>,
+}
+
+/// The delivery log. [`Webhooks::clear_log`] starts a new generation, so that a delivery
+/// still in flight from before cannot write its attempts into a record of the new log.
+#[derive(Debug, Default)]
+struct DeliveryLog {
+    generation: u64,
+    records: Vec<DeliveryRecord>,
+}
+
+/// Where a delivery's record is: the log generation and the record's `seq` in it.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    generation: u64,
+    seq: u64,
 }
 
 /// The SNS side of the gateway.
@@ -109,7 +125,7 @@ pub struct Webhooks {
     signer: Signer,
     attacker: Signer,
     subscriptions: RwLock<Vec<Subscription>>,
-    log: Mutex<Vec<DeliveryRecord>>,
+    log: Mutex<DeliveryLog>,
     last_notification: Mutex<Option<SnsMessage>>,
     sequence: AtomicU64,
     seed: u64,
@@ -162,7 +178,7 @@ impl Webhooks {
             signer,
             attacker,
             subscriptions: RwLock::new(Vec::new()),
-            log: Mutex::new(Vec::new()),
+            log: Mutex::new(DeliveryLog::default()),
             last_notification: Mutex::new(None),
             sequence: AtomicU64::new(0),
             seed: config.seed,
@@ -238,12 +254,15 @@ impl Webhooks {
 
     /// The delivery log.
     pub fn log(&self) -> Vec<DeliveryRecord> {
-        self.log.lock().clone()
+        self.log.lock().records.clone()
     }
 
     /// Empties the delivery log (subscriptions stay).
     pub fn clear_log(&self) {
-        self.log.lock().clear();
+        let mut log = self.log.lock();
+        log.generation += 1;
+        log.records.clear();
+        drop(log);
         *self.last_notification.lock() = None;
     }
 
@@ -303,7 +322,7 @@ impl Webhooks {
                 unsubscribe_url: None,
             };
             self.sign(&mut msg, &self.signer);
-            let seq = self.record(&msg, &sub, None, None, None, None);
+            let slot = self.record(&msg, &sub, None, None, None, None);
             let this = self.clone();
             let policy = DeliveryPolicy {
                 retries: self.policy.confirm_attempts.saturating_sub(1),
@@ -311,7 +330,7 @@ impl Webhooks {
             };
             tokio::spawn(async move {
                 this.deliver(
-                    seq,
+                    slot,
                     sub,
                     serde_json::to_vec(&msg).unwrap_or_default(),
                     &msg,
@@ -331,10 +350,11 @@ impl Webhooks {
         rule: Option<String>,
         variant: Option<&str>,
         outcome: Option<Outcome>,
-    ) -> u64 {
+    ) -> Slot {
         let mut log = self.log.lock();
-        let seq = log.len() as u64;
-        log.push(DeliveryRecord {
+        let seq = log.records.len() as u64;
+        let generation = log.generation;
+        log.records.push(DeliveryRecord {
             seq,
             message_id: msg.message_id.clone(),
             message_type: msg.message_type.as_str(),
@@ -346,7 +366,7 @@ impl Webhooks {
             outcome: outcome.unwrap_or(Outcome::Pending),
             attempts: Vec::new(),
         });
-        seq
+        Slot { generation, seq }
     }
 
     /// bKash's IPN JSON for a completed payment: the SNS `Message`.
@@ -441,7 +461,20 @@ impl Webhooks {
                 Some(Action::Forge(forgery)) => {
                     match self.forge(&mut msg, &forgery) {
                         Some(v) => variant = Some(v),
-                        None => continue,
+                        None => {
+                            // Nothing to replay yet: the genuine message is intercepted and
+                            // lost. The ledger still says what became of it.
+                            self.record(
+                                &msg,
+                                &sub,
+                                Some(payment),
+                                rule,
+                                Some("replay"),
+                                Some(Outcome::Dropped),
+                            );
+                            self.metrics.webhook(Delivery::Dropped);
+                            continue;
+                        }
                     }
                     self.metrics.webhook(Delivery::Forged);
                 }
@@ -457,14 +490,16 @@ impl Webhooks {
                 } else {
                     Some("duplicate")
                 };
-                let seq = self.record(&msg, &sub, Some(payment), rule.clone(), v, None);
+                let slot = self.record(&msg, &sub, Some(payment), rule.clone(), v, None);
                 let this = self.clone();
                 let sub = sub.clone();
                 let body = body.clone();
                 let msg = msg.clone();
                 let policy = self.policy.clone();
                 let wait = hold + spacing * copy;
-                tokio::spawn(async move { this.deliver(seq, sub, body, &msg, policy, wait).await });
+                tokio::spawn(
+                    async move { this.deliver(slot, sub, body, &msg, policy, wait).await },
+                );
             }
         }
     }
@@ -501,7 +536,7 @@ impl Webhooks {
 
     async fn deliver(
         self: Arc<Self>,
-        seq: u64,
+        slot: Slot,
         sub: Subscription,
         body: Vec<u8>,
         msg: &SnsMessage,
@@ -536,7 +571,8 @@ impl Webhooks {
             let ok = status.is_some_and(|s| (200..300).contains(&s));
             {
                 let mut log = self.log.lock();
-                if let Some(r) = log.get_mut(seq as usize) {
+                let current = log.generation == slot.generation;
+                if let Some(r) = log.records.get_mut(slot.seq as usize).filter(|_| current) {
                     r.attempts.push(Attempt {
                         at,
                         status,
