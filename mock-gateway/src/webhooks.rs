@@ -7,8 +7,8 @@
 //! visits it do notifications flow. Every message and every attempt is kept in
 //! the delivery log, part of the ground-truth ledger.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -26,6 +26,10 @@ use crate::wire::ipn_time;
 
 /// Path the gateway serves its signing certificate at.
 pub const CERT_PATH: &str = "/SimpleNotificationService-mock.pem";
+/// Subject CN of the gateway's generated signing certificate.
+const SIGNER_COMMON_NAME: &str = "sns.mock.sellout.local";
+/// Subject CN of the certificate forgeries are signed with.
+const ATTACKER_COMMON_NAME: &str = "sns.attacker.example";
 /// Path the attacker's certificate (used by forgeries) is served at.
 pub const ATTACKER_CERT_PATH: &str = "/__mock/attacker.pem";
 /// The SigningCertURL of a cert-URL-spoofing forgery: a host made to look like SNS.
@@ -122,8 +126,8 @@ pub struct Webhooks {
     public_url: String,
     version: SignatureVersion,
     policy: DeliveryPolicy,
-    signer: Signer,
-    attacker: Signer,
+    signer: OnceLock<Result<Signer, String>>,
+    attacker: OnceLock<Result<Signer, String>>,
     subscriptions: RwLock<Vec<Subscription>>,
     log: Mutex<DeliveryLog>,
     last_notification: Mutex<Option<SnsMessage>>,
@@ -137,9 +141,6 @@ pub struct Webhooks {
 /// Why the webhooks could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
-    /// Key or certificate generation failed.
-    #[error("signing key: {0}")]
-    Key(#[from] sns::KeyError),
     /// The HTTP client could not be built.
     #[error("http client: {0}")]
     Http(#[from] reqwest::Error),
@@ -157,11 +158,12 @@ impl Webhooks {
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
     ) -> Result<Webhooks, WebhookError> {
-        let signer = match signer {
-            Some(s) => s,
-            None => Signer::generate("sns.mock.sellout.local")?,
-        };
-        let attacker = Signer::generate("sns.attacker.example")?;
+        // RSA key generation is slow; a gateway whose webhooks are never used
+        // never pays for it: keys are made on first use.
+        let signer_slot = OnceLock::new();
+        if let Some(s) = signer {
+            let _ = signer_slot.set(Ok(s));
+        }
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .user_agent("Amazon Simple Notification Service Agent")
@@ -175,8 +177,8 @@ impl Webhooks {
                 SignatureVersion::V1
             },
             policy: config.delivery.clone(),
-            signer,
-            attacker,
+            signer: signer_slot,
+            attacker: OnceLock::new(),
             subscriptions: RwLock::new(Vec::new()),
             log: Mutex::new(DeliveryLog::default()),
             last_notification: Mutex::new(None),
@@ -194,12 +196,16 @@ impl Webhooks {
 
     /// The gateway's signing certificate (PEM), served at [`CERT_PATH`].
     pub fn cert_pem(&self) -> &str {
-        self.signer.cert_pem()
+        self.gateway_signer()
+            .map(Signer::cert_pem)
+            .unwrap_or_default()
     }
 
     /// The attacker's certificate (PEM), served at [`ATTACKER_CERT_PATH`].
     pub fn attacker_cert_pem(&self) -> &str {
-        self.attacker.cert_pem()
+        self.attacker_signer()
+            .map(Signer::cert_pem)
+            .unwrap_or_default()
     }
 
     /// The `SigningCertURL` genuine messages carry.
@@ -289,7 +295,26 @@ impl Webhooks {
         subs.len() != before
     }
 
-    fn sign(&self, msg: &mut SnsMessage, signer: &Signer) {
+    fn gateway_signer(&self) -> Option<&Signer> {
+        let made = self
+            .signer
+            .get_or_init(|| Signer::generate(SIGNER_COMMON_NAME).map_err(|e| e.to_string()));
+        made.as_ref()
+            .inspect_err(|e| tracing::error!(error = %e, "no signing key"))
+            .ok()
+    }
+
+    fn attacker_signer(&self) -> Option<&Signer> {
+        let made = self
+            .attacker
+            .get_or_init(|| Signer::generate(ATTACKER_COMMON_NAME).map_err(|e| e.to_string()));
+        made.as_ref()
+            .inspect_err(|e| tracing::error!(error = %e, "no attacker key"))
+            .ok()
+    }
+
+    fn sign(&self, msg: &mut SnsMessage, signer: Option<&Signer>) {
+        let Some(signer) = signer else { return };
         if let Err(e) = signer.sign(msg, self.version) {
             tracing::error!(error = %e, "signing an SNS message failed");
         }
@@ -321,7 +346,7 @@ impl Webhooks {
                 signing_cert_url: self.cert_url(),
                 unsubscribe_url: None,
             };
-            self.sign(&mut msg, &self.signer);
+            self.sign(&mut msg, self.gateway_signer());
             let slot = self.record(&msg, &sub, None, None, None, None);
             let this = self.clone();
             let policy = DeliveryPolicy {
@@ -411,7 +436,7 @@ impl Webhooks {
                     urlencode(&sub.arn)
                 )),
             };
-            self.sign(&mut msg, &self.signer);
+            self.sign(&mut msg, self.gateway_signer());
             if !sub.confirmed {
                 self.record(
                     &msg,
@@ -513,7 +538,7 @@ impl Webhooks {
                 Some("unsigned")
             }
             Forgery::BadSignature => {
-                self.sign(msg, &self.attacker);
+                self.sign(msg, self.attacker_signer());
                 Some("bad_signature")
             }
             Forgery::Tampered => {
@@ -527,7 +552,7 @@ impl Webhooks {
             }
             Forgery::CertUrlSpoof => {
                 msg.signing_cert_url = SPOOFED_CERT_URL.to_owned();
-                self.sign(msg, &self.attacker);
+                self.sign(msg, self.attacker_signer());
                 Some("cert_url_spoof")
             }
             Forgery::RedirectStatus(_) => None,
