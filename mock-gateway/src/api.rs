@@ -227,6 +227,16 @@ fn payment_call<'a>(
     Ok((key, id, invoice))
 }
 
+/// The payment ID and invoice of a parsed payment call (empty if it did not parse).
+fn payment_and_invoice(
+    parsed: &Result<(&str, String, Option<String>), Code>,
+) -> (String, Option<String>) {
+    parsed
+        .as_ref()
+        .map(|(_, id, invoice)| (id.clone(), invoice.clone()))
+        .unwrap_or_default()
+}
+
 async fn create(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
     let parsed = authorize(gw, &headers).and_then(|key| Ok((key, Gateway::parse_create(&body)?)));
@@ -257,10 +267,7 @@ async fn create(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) ->
 async fn execute(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
     let parsed = payment_call(gw, &headers, &body);
-    let (id, invoice) = parsed
-        .as_ref()
-        .map(|(_, id, inv)| (id.clone(), inv.clone()))
-        .unwrap_or_default();
+    let (id, invoice) = payment_and_invoice(&parsed);
     let subject = Subject {
         payment_id: Some(&id),
         invoice: invoice.as_deref(),
@@ -300,10 +307,7 @@ async fn execute(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -
 async fn status(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
     let parsed = payment_call(gw, &headers, &body);
-    let (id, invoice) = parsed
-        .as_ref()
-        .map(|(_, id, inv)| (id.clone(), inv.clone()))
-        .unwrap_or_default();
+    let (id, invoice) = payment_and_invoice(&parsed);
     let subject = Subject {
         payment_id: Some(&id),
         invoice: invoice.as_deref(),

@@ -168,13 +168,22 @@ impl Gateway {
             .ok_or(Code::InvalidCredentials)
     }
 
-    fn app_credentials(&self, merchant: &Merchant, body: &Body) -> Result<(), Code> {
+    /// Authenticates a grant or refresh: header credentials, then the body's
+    /// `app_key`/`app_secret` of the same merchant.
+    fn merchant_call(
+        &self,
+        username: Option<&str>,
+        password: Option<&str>,
+        body: &[u8],
+    ) -> Result<(&Merchant, Body), Code> {
+        let merchant = self.merchant(username, password)?;
+        let body = Body::parse(body)?;
         let key = body.required("app_key")?;
         let secret = body.required("app_secret")?;
         if key != merchant.app_key || secret != merchant.app_secret {
             return Err(Code::InvalidAppKey);
         }
-        Ok(())
+        Ok((merchant, body))
     }
 
     /// `token/grant`: spends one of the app key's grants.
@@ -184,9 +193,7 @@ impl Gateway {
         password: Option<&str>,
         body: &[u8],
     ) -> Result<Value, Code> {
-        let merchant = self.merchant(username, password)?;
-        let body = Body::parse(body)?;
-        self.app_credentials(merchant, &body)?;
+        let (merchant, _) = self.merchant_call(username, password, body)?;
         let issued =
             self.tokens
                 .grant(&merchant.app_key, self.clock.now(), self.limits(), || {
@@ -204,9 +211,7 @@ impl Gateway {
         password: Option<&str>,
         body: &[u8],
     ) -> Result<Value, Code> {
-        let merchant = self.merchant(username, password)?;
-        let body = Body::parse(body)?;
-        self.app_credentials(merchant, &body)?;
+        let (merchant, body) = self.merchant_call(username, password, body)?;
         let refresh_token = body.required("refresh_token")?;
         let issued = self.tokens.refresh(
             &merchant.app_key,
