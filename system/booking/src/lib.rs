@@ -1,0 +1,17 @@
+//! The booking system's domain: identifiers ([`ids`]), settings with the
+//! article's numbers ([`settings`]), and the ports every backend implements,
+//! starting with the seat [`ledger`] and its reference model.
+//!
+//! Nothing here does I/O or reads the clock: times are arguments, backends are
+//! traits. Adapters live in `booking-embedded` (in-process, the default) and
+//! `booking-redis`.
+
+pub mod ids;
+pub mod ledger;
+pub mod queue;
+pub mod records;
+pub mod settings;
+
+pub use ids::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
+pub use ledger::{Admission, Counters, Hold, HoldState, Ledger, LedgerError, Model, Step};
+pub use settings::Settings;

@@ -1,0 +1,1 @@
+//! Placeholder: the queue port (SQS-FIFO-like), written next.

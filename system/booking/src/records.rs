@@ -1,0 +1,1 @@
+//! Placeholder: the record store port (DynamoDB-like), written next.
