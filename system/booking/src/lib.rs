@@ -6,12 +6,19 @@
 //! traits. Adapters live in `booking-embedded` (in-process, the default) and
 //! `booking-redis`.
 
+pub mod clock;
 pub mod ids;
 pub mod ledger;
 pub mod queue;
 pub mod records;
 pub mod settings;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use ids::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
 pub use ledger::{Admission, Counters, Hold, HoldState, Ledger, LedgerError, Model, Step};
+pub use queue::{Message, Queue, QueueDepth, QueueError, ReceiptHandle, Received, SendOutcome};
+pub use records::{
+    BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
+    StreamKind, StreamRecord, Throttles, UserIdentity, WorkerVerdict, classify_conflict,
+};
 pub use settings::Settings;

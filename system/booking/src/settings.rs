@@ -134,7 +134,9 @@ impl Settings {
     /// 1/30). Counts stay as they are, and so do the two deadlines that bound
     /// real I/O rather than sale time: the request deadline and the grant call's.
     pub fn scaled(&self, scale: f64) -> Settings {
-        let s = |d: Duration| Duration::from_millis((d.as_millis() as f64 * scale.max(0.0)).round() as u64);
+        let s = |d: Duration| {
+            Duration::from_millis((d.as_millis() as f64 * scale.max(0.0)).round() as u64)
+        };
         Settings {
             hold: s(self.hold),
             sweep_interval: s(self.sweep_interval),
@@ -202,7 +204,10 @@ mod tests {
         assert_eq!(s.sweep_interval, Duration::from_millis(667));
         assert_eq!(s.sweep_concurrency, 8);
         assert_eq!(s.extensions_max, 3);
-        assert_eq!(s.request_deadline, REQUEST_DEADLINE, "real I/O deadlines do not scale");
+        assert_eq!(
+            s.request_deadline, REQUEST_DEADLINE,
+            "real I/O deadlines do not scale"
+        );
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<Settings>(&json).unwrap(), s);
         let partial: Settings = serde_json::from_str(r#"{"hold": 1000}"#).unwrap();
