@@ -7,6 +7,7 @@
 //! `booking-redis`.
 
 pub mod clock;
+pub mod coordination;
 pub mod ids;
 pub mod ledger;
 pub mod queue;
@@ -14,6 +15,7 @@ pub mod records;
 pub mod settings;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use coordination::{Coordination, CoordinationError};
 pub use ids::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
 pub use ledger::{Admission, Counters, Hold, HoldState, Ledger, LedgerError, Model, Step};
 pub use queue::{Message, Queue, QueueDepth, QueueError, ReceiptHandle, Received, SendOutcome};
