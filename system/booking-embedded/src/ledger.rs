@@ -1,1 +1,481 @@
-//! Placeholder.
+//! The embedded seat ledger: the reference [`Model`] of each sale behind one
+//! lock.
+//!
+//! Every trait call takes the lock once, so each call is one atomic step, as
+//! each Lua script is in Redis. A sale that was never reset behaves like an
+//! empty, closed one: `counters` says closed with no levels, `admit` answers
+//! `SaleClosed`, every guarded step `NoMatch`. Only `reset`, `load_candidates`
+//! and `set_open` create a sale (as they create keys in Redis); reads and
+//! refused steps leave the map alone.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use booking::ledger::{Admission, Counters, Hold, Ledger, LedgerError, Model, Step};
+use booking::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
+use parking_lot::Mutex;
+
+/// The seat ledger in process memory: one [`Model`] per sale.
+#[derive(Debug, Default)]
+pub struct EmbeddedLedger {
+    sales: Mutex<HashMap<SaleId, Model>>,
+}
+
+impl EmbeddedLedger {
+    /// An empty ledger: no sales.
+    pub fn new() -> EmbeddedLedger {
+        EmbeddedLedger::default()
+    }
+
+    /// Runs `f` on the sale's model under the lock, creating the sale if it is
+    /// unknown.
+    fn write<T>(&self, sale: &SaleId, f: impl FnOnce(&mut Model) -> T) -> T {
+        let mut sales = self.sales.lock();
+        f(sales.entry(sale.clone()).or_default())
+    }
+
+    /// Runs `f` on the sale's model under the lock; an unknown sale is an
+    /// empty, closed one and stays unknown (nothing `f` can do to an empty
+    /// model changes it: every step on it is refused).
+    fn step<T>(&self, sale: &SaleId, f: impl FnOnce(&mut Model) -> T) -> T {
+        let mut sales = self.sales.lock();
+        match sales.get_mut(sale) {
+            Some(model) => f(model),
+            None => f(&mut Model::default()),
+        }
+    }
+
+    /// Runs `f` on the sale's model under the lock, without changing it.
+    fn read<T>(&self, sale: &SaleId, f: impl FnOnce(&Model) -> T) -> T {
+        let sales = self.sales.lock();
+        match sales.get(sale) {
+            Some(model) => f(model),
+            None => f(&Model::default()),
+        }
+    }
+}
+
+#[async_trait]
+impl Ledger for EmbeddedLedger {
+    async fn reset(&self, sale: &SaleId, levels: &[(Level, u32)]) -> Result<(), LedgerError> {
+        self.sales.lock().insert(sale.clone(), Model::new(levels));
+        Ok(())
+    }
+
+    async fn load_candidates(
+        &self,
+        sale: &SaleId,
+        candidates: &[CandidateHash],
+    ) -> Result<u64, LedgerError> {
+        Ok(self.write(sale, |m| m.load_candidates(candidates)))
+    }
+
+    async fn set_open(&self, sale: &SaleId, open: bool) -> Result<(), LedgerError> {
+        self.write(sale, |m| m.open = open);
+        Ok(())
+    }
+
+    async fn admit(
+        &self,
+        sale: &SaleId,
+        candidate: &CandidateHash,
+        level: &Level,
+        token: &RequestToken,
+        now_ms: u64,
+    ) -> Result<Admission, LedgerError> {
+        Ok(self.step(sale, |m| m.admit(candidate, level, token, now_ms)))
+    }
+
+    async fn attach_payment(
+        &self,
+        sale: &SaleId,
+        candidate: &CandidateHash,
+        token: &RequestToken,
+        payment_id: &PaymentId,
+        deadline_ms: u64,
+    ) -> Result<Step, LedgerError> {
+        Ok(self.step(sale, |m| {
+            m.attach_payment(candidate, token, payment_id, deadline_ms)
+        }))
+    }
+
+    async fn undo_admission(
+        &self,
+        sale: &SaleId,
+        candidate: &CandidateHash,
+        token: &RequestToken,
+    ) -> Result<Step, LedgerError> {
+        Ok(self.step(sale, |m| m.undo_admission(candidate, token)))
+    }
+
+    async fn release(
+        &self,
+        sale: &SaleId,
+        candidate: &CandidateHash,
+        payment_id: &PaymentId,
+    ) -> Result<Step, LedgerError> {
+        Ok(self.step(sale, |m| m.release(candidate, payment_id)))
+    }
+
+    async fn mark_paid(
+        &self,
+        sale: &SaleId,
+        candidate: &CandidateHash,
+        payment_id: &PaymentId,
+    ) -> Result<Step, LedgerError> {
+        Ok(self.step(sale, |m| m.mark_paid(candidate, payment_id)))
+    }
+
+    async fn extend(
+        &self,
+        sale: &SaleId,
+        candidate: &CandidateHash,
+        payment_id: &PaymentId,
+        deadline_ms: u64,
+    ) -> Result<Step, LedgerError> {
+        Ok(self.step(sale, |m| m.extend(candidate, payment_id, deadline_ms)))
+    }
+
+    async fn hold(
+        &self,
+        sale: &SaleId,
+        candidate: &CandidateHash,
+    ) -> Result<Option<Hold>, LedgerError> {
+        Ok(self.read(sale, |m| m.holds.get(candidate).cloned()))
+    }
+
+    async fn paid(
+        &self,
+        sale: &SaleId,
+        candidate: &CandidateHash,
+    ) -> Result<Option<PaymentId>, LedgerError> {
+        Ok(self.read(sale, |m| m.paid.get(candidate).map(|(_, p)| p.clone())))
+    }
+
+    async fn stale_pending(
+        &self,
+        sale: &SaleId,
+        admitted_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(CandidateHash, Hold)>, LedgerError> {
+        Ok(self.read(sale, |m| m.stale_pending(admitted_before_ms, limit)))
+    }
+
+    async fn counters(&self, sale: &SaleId) -> Result<Counters, LedgerError> {
+        Ok(self.read(sale, Model::counters))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use booking::ledger::HoldState;
+
+    use super::*;
+
+    fn level(s: &str) -> Level {
+        Level::parse(s).unwrap()
+    }
+    fn token(s: &str) -> RequestToken {
+        RequestToken::parse(s).unwrap()
+    }
+    fn pay(s: &str) -> PaymentId {
+        PaymentId::parse(s).unwrap()
+    }
+    fn sale_id() -> SaleId {
+        SaleId::parse("launch").unwrap()
+    }
+
+    /// An open sale with one level "a" of `cap` seats and these candidates.
+    async fn sale(cap: u32, candidates: &[&str]) -> (EmbeddedLedger, Vec<CandidateHash>) {
+        let l = EmbeddedLedger::new();
+        let cs: Vec<_> = candidates.iter().map(|c| CandidateHash::of(c)).collect();
+        l.reset(&sale_id(), &[(level("a"), cap)]).await.unwrap();
+        assert_eq!(
+            l.load_candidates(&sale_id(), &cs).await.unwrap(),
+            cs.len() as u64
+        );
+        l.set_open(&sale_id(), true).await.unwrap();
+        (l, cs)
+    }
+
+    async fn count(l: &EmbeddedLedger) -> u32 {
+        l.counters(&sale_id()).await.unwrap().levels[0].count
+    }
+
+    #[tokio::test]
+    async fn an_unknown_sale_is_closed_and_refuses_every_step() {
+        let l = EmbeddedLedger::new();
+        let (s, c) = (sale_id(), CandidateHash::of("x"));
+        assert_eq!(
+            l.counters(&s).await.unwrap(),
+            Counters {
+                open: false,
+                levels: vec![]
+            }
+        );
+        assert_eq!(
+            l.admit(&s, &c, &level("a"), &token("t"), 1).await.unwrap(),
+            Admission::SaleClosed
+        );
+        assert_eq!(
+            l.attach_payment(&s, &c, &token("t"), &pay("P"), 9)
+                .await
+                .unwrap(),
+            Step::NoMatch
+        );
+        assert_eq!(
+            l.undo_admission(&s, &c, &token("t")).await.unwrap(),
+            Step::NoMatch
+        );
+        assert_eq!(l.release(&s, &c, &pay("P")).await.unwrap(), Step::NoMatch);
+        assert_eq!(l.mark_paid(&s, &c, &pay("P")).await.unwrap(), Step::NoMatch);
+        assert_eq!(l.extend(&s, &c, &pay("P"), 9).await.unwrap(), Step::NoMatch);
+        assert_eq!(l.hold(&s, &c).await.unwrap(), None);
+        assert_eq!(l.paid(&s, &c).await.unwrap(), None);
+        assert!(l.stale_pending(&s, u64::MAX, 10).await.unwrap().is_empty());
+        assert!(l.sales.lock().is_empty(), "refused steps create nothing");
+    }
+
+    #[tokio::test]
+    async fn admission_checks_in_order_and_stops_at_the_cap() {
+        let (l, cs) = sale(1, &["x", "y"]).await;
+        let s = sale_id();
+        l.set_open(&s, false).await.unwrap();
+        assert_eq!(
+            l.admit(&s, &cs[0], &level("a"), &token("t1"), 1)
+                .await
+                .unwrap(),
+            Admission::SaleClosed
+        );
+        l.set_open(&s, true).await.unwrap();
+        assert_eq!(
+            l.admit(&s, &cs[0], &level("zz"), &token("t1"), 1)
+                .await
+                .unwrap(),
+            Admission::UnknownLevel
+        );
+        assert_eq!(
+            l.admit(
+                &s,
+                &CandidateHash::of("stranger"),
+                &level("a"),
+                &token("t1"),
+                1
+            )
+            .await
+            .unwrap(),
+            Admission::NotEligible
+        );
+        assert_eq!(
+            l.admit(&s, &cs[0], &level("a"), &token("t1"), 1)
+                .await
+                .unwrap(),
+            Admission::Admitted { count: 1 }
+        );
+        assert_eq!(
+            l.admit(&s, &cs[0], &level("a"), &token("t2"), 2)
+                .await
+                .unwrap(),
+            Admission::AlreadyHolding {
+                hold: Hold {
+                    level: level("a"),
+                    token: token("t1"),
+                    state: HoldState::Pending { admitted_ms: 1 },
+                }
+            }
+        );
+        assert_eq!(
+            l.admit(&s, &cs[1], &level("a"), &token("t3"), 3)
+                .await
+                .unwrap(),
+            Admission::LevelFull
+        );
+    }
+
+    #[tokio::test]
+    async fn undo_twice_never_goes_below_zero() {
+        let (l, cs) = sale(2, &["x"]).await;
+        let s = sale_id();
+        l.admit(&s, &cs[0], &level("a"), &token("t1"), 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            l.undo_admission(&s, &cs[0], &token("other")).await.unwrap(),
+            Step::NoMatch
+        );
+        assert_eq!(
+            l.undo_admission(&s, &cs[0], &token("t1")).await.unwrap(),
+            Step::Done
+        );
+        assert_eq!(
+            l.undo_admission(&s, &cs[0], &token("t1")).await.unwrap(),
+            Step::NoMatch
+        );
+        assert_eq!(count(&l).await, 0);
+    }
+
+    #[tokio::test]
+    async fn releases_are_payment_guarded_and_paid_is_final() {
+        let (l, cs) = sale(2, &["x"]).await;
+        let (s, c) = (sale_id(), &cs[0]);
+        l.admit(&s, c, &level("a"), &token("t1"), 1).await.unwrap();
+        assert_eq!(l.release(&s, c, &pay("P1")).await.unwrap(), Step::NoMatch);
+        assert_eq!(
+            l.attach_payment(&s, c, &token("t2"), &pay("P1"), 100)
+                .await
+                .unwrap(),
+            Step::NoMatch
+        );
+        assert_eq!(
+            l.attach_payment(&s, c, &token("t1"), &pay("P1"), 100)
+                .await
+                .unwrap(),
+            Step::Done
+        );
+        assert_eq!(l.release(&s, c, &pay("P0")).await.unwrap(), Step::NoMatch);
+        assert_eq!(l.extend(&s, c, &pay("P1"), 200).await.unwrap(), Step::Done);
+        assert_eq!(
+            l.hold(&s, c).await.unwrap(),
+            Some(Hold {
+                level: level("a"),
+                token: token("t1"),
+                state: HoldState::Held {
+                    payment_id: pay("P1"),
+                    deadline_ms: 200
+                },
+            })
+        );
+        assert_eq!(l.mark_paid(&s, c, &pay("P1")).await.unwrap(), Step::Done);
+        assert_eq!(l.mark_paid(&s, c, &pay("P1")).await.unwrap(), Step::Paid);
+        assert_eq!(l.release(&s, c, &pay("P1")).await.unwrap(), Step::Paid);
+        assert_eq!(
+            l.undo_admission(&s, c, &token("t1")).await.unwrap(),
+            Step::Paid
+        );
+        assert_eq!(l.extend(&s, c, &pay("P1"), 300).await.unwrap(), Step::Paid);
+        assert_eq!(count(&l).await, 1, "a paid seat stays counted");
+        assert_eq!(l.hold(&s, c).await.unwrap(), None);
+        assert_eq!(l.paid(&s, c).await.unwrap(), Some(pay("P1")));
+        assert_eq!(
+            l.admit(&s, c, &level("a"), &token("t9"), 5).await.unwrap(),
+            Admission::AlreadyPaid {
+                payment_id: pay("P1")
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_released_seat_can_be_booked_again() {
+        let (l, cs) = sale(1, &["x", "y"]).await;
+        let s = sale_id();
+        l.admit(&s, &cs[0], &level("a"), &token("t1"), 1)
+            .await
+            .unwrap();
+        l.attach_payment(&s, &cs[0], &token("t1"), &pay("P1"), 100)
+            .await
+            .unwrap();
+        assert_eq!(
+            l.admit(&s, &cs[1], &level("a"), &token("t2"), 2)
+                .await
+                .unwrap(),
+            Admission::LevelFull
+        );
+        assert_eq!(l.release(&s, &cs[0], &pay("P1")).await.unwrap(), Step::Done);
+        assert_eq!(
+            l.admit(&s, &cs[1], &level("a"), &token("t2"), 3)
+                .await
+                .unwrap(),
+            Admission::Admitted { count: 1 }
+        );
+        assert_eq!(l.stale_pending(&s, 3, 10).await.unwrap().len(), 1);
+        assert_eq!(l.stale_pending(&s, 2, 10).await.unwrap().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn stale_pending_is_oldest_first_then_by_candidate_and_limited() {
+        let (l, cs) = sale(10, &["a", "b", "c", "d"]).await;
+        let s = sale_id();
+        for (c, t) in [(&cs[0], 5), (&cs[1], 3), (&cs[2], 5), (&cs[3], 9)] {
+            l.admit(&s, c, &level("a"), &token("t"), t).await.unwrap();
+        }
+        let stale = l.stale_pending(&s, 5, 10).await.unwrap();
+        let mut same_time = vec![cs[0].clone(), cs[2].clone()];
+        same_time.sort();
+        let want: Vec<_> = std::iter::once(cs[1].clone()).chain(same_time).collect();
+        assert_eq!(
+            stale.iter().map(|(c, _)| c.clone()).collect::<Vec<_>>(),
+            want
+        );
+        assert_eq!(l.stale_pending(&s, 5, 2).await.unwrap().len(), 2);
+        assert_eq!(l.stale_pending(&s, 5, 0).await.unwrap().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn sales_are_separate_and_reset_forgets() {
+        let (l, cs) = sale(1, &["x"]).await;
+        let other = SaleId::parse("other").unwrap();
+        assert_eq!(
+            l.admit(&other, &cs[0], &level("a"), &token("t"), 1)
+                .await
+                .unwrap(),
+            Admission::SaleClosed
+        );
+        l.admit(&sale_id(), &cs[0], &level("a"), &token("t"), 1)
+            .await
+            .unwrap();
+        l.reset(&sale_id(), &[(level("a"), 1), (level("b"), 2)])
+            .await
+            .unwrap();
+        let counters = l.counters(&sale_id()).await.unwrap();
+        assert!(!counters.open);
+        assert_eq!(
+            counters
+                .levels
+                .iter()
+                .map(|c| (c.level.as_str(), c.cap, c.count))
+                .collect::<Vec<_>>(),
+            vec![("a", 1, 0), ("b", 2, 0)]
+        );
+        assert_eq!(l.hold(&sale_id(), &cs[0]).await.unwrap(), None);
+        l.set_open(&sale_id(), true).await.unwrap();
+        assert_eq!(
+            l.admit(&sale_id(), &cs[0], &level("a"), &token("t"), 1)
+                .await
+                .unwrap(),
+            Admission::NotEligible,
+            "reset forgets the list"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_admissions_stop_exactly_at_the_cap() {
+        let names: Vec<String> = (0..200).map(|i| format!("c{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (l, cs) = sale(50, &refs).await;
+        let l = Arc::new(l);
+        let tasks: Vec<_> = cs
+            .into_iter()
+            .map(|c| {
+                let l = l.clone();
+                tokio::spawn(async move {
+                    l.admit(&sale_id(), &c, &level("a"), &token("t"), 1)
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Admission::Admitted { .. } => admitted += 1,
+                Admission::LevelFull => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(admitted, 50);
+        assert_eq!(count(&l).await, 50);
+    }
+}

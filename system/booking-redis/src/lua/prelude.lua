@@ -1,0 +1,65 @@
+-- Prepended to every ledger script (each script is still loaded and run on
+-- its own, by SHA). Every script gets the same seven keys, all of one sale, all
+-- with the sale's hash tag, so a Redis Cluster runs it on one node.
+local OPEN, LEVELS, COUNTS, ELIGIBLE, HOLDS, PAID, PENDING =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+
+-- Redis does not roll a script back when it fails half way, so every script
+-- reads and checks everything first and writes last: a corrupt record stops
+-- the script before its first write.
+local function corrupt(what)
+  return redis.error_reply('CORRUPT ' .. what)
+end
+
+-- Ids never contain '|' (the id types refuse it), so '|' separates fields.
+local function split(s)
+  local fields = {}
+  for field in string.gmatch(s, '[^|]+') do
+    fields[#fields + 1] = field
+  end
+  return fields
+end
+
+-- A hold as the scripts write it:
+--   pending: p|<level>|<token>|<admitted_ms>
+--   held:    h|<level>|<token>|<payment_id>|<deadline_ms>
+-- Anything else is nil.
+local function read_hold(s)
+  local f = split(s)
+  if f[1] == 'p' and #f == 4 then
+    return { state = 'p', level = f[2], token = f[3], admitted_ms = f[4] }
+  elseif f[1] == 'h' and #f == 5 then
+    return { state = 'h', level = f[2], token = f[3], payment = f[4], deadline_ms = f[5] }
+  end
+  return nil
+end
+
+-- The candidate's hold, false if there is none, or a CORRUPT error reply.
+local function hold_of(candidate)
+  local raw = redis.call('HGET', HOLDS, candidate)
+  if not raw then
+    return false
+  end
+  local hold = read_hold(raw)
+  if not hold then
+    return nil, corrupt('hold of ' .. candidate .. ': ' .. raw)
+  end
+  return hold
+end
+
+-- Removes the candidate's hold and gives its seat back. A counter never goes
+-- below zero, and a level the sale does not have is left alone (as the model
+-- does). Returns an error reply if the counter is unreadable, before writing.
+local function drop_hold(candidate, hold)
+  local raw = redis.call('HGET', COUNTS, hold.level)
+  local count = raw and tonumber(raw)
+  if raw and not count then
+    return corrupt('count of level ' .. hold.level .. ': ' .. raw)
+  end
+  redis.call('HDEL', HOLDS, candidate)
+  redis.call('ZREM', PENDING, candidate)
+  if count and count > 0 then
+    redis.call('HINCRBY', COUNTS, hold.level, -1)
+  end
+  return nil
+end

@@ -1,0 +1,75 @@
+//! The ledger's Lua scripts: one per operation, each the prelude
+//! (`lua/prelude.lua`: key names, the hold encoding, the shared checks) plus
+//! its body. Loaded once when the ledger connects and run by SHA (`EVALSHA`);
+//! a server that lost them (restart, `SCRIPT FLUSH`, failover) gets them again
+//! on the `NOSCRIPT` answer.
+
+use redis::Script;
+
+/// Prelude + body, as one script's source.
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/prelude.lua"),
+            "\n",
+            include_str!(concat!("lua/", $file))
+        ))
+    };
+}
+
+/// Every script the ledger runs.
+pub(crate) struct Scripts {
+    pub(crate) reset: Script,
+    pub(crate) load_candidates: Script,
+    pub(crate) set_open: Script,
+    pub(crate) admit: Script,
+    pub(crate) attach_payment: Script,
+    pub(crate) undo_admission: Script,
+    pub(crate) release: Script,
+    pub(crate) mark_paid: Script,
+    pub(crate) extend: Script,
+    pub(crate) counters: Script,
+    pub(crate) stale_pending: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Scripts {
+        Scripts {
+            reset: script!("reset.lua"),
+            load_candidates: script!("load_candidates.lua"),
+            set_open: script!("set_open.lua"),
+            admit: script!("admit.lua"),
+            attach_payment: script!("attach_payment.lua"),
+            undo_admission: script!("undo_admission.lua"),
+            release: script!("release.lua"),
+            mark_paid: script!("mark_paid.lua"),
+            extend: script!("extend.lua"),
+            counters: script!("counters.lua"),
+            stale_pending: script!("stale_pending.lua"),
+        }
+    }
+
+    pub(crate) fn all(&self) -> [&Script; 11] {
+        [
+            &self.reset,
+            &self.load_candidates,
+            &self.set_open,
+            &self.admit,
+            &self.attach_payment,
+            &self.undo_admission,
+            &self.release,
+            &self.mark_paid,
+            &self.extend,
+            &self.counters,
+            &self.stale_pending,
+        ]
+    }
+}
+
+impl std::fmt::Debug for Scripts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scripts")
+            .field("admit", &self.admit.get_hash())
+            .finish_non_exhaustive()
+    }
+}
