@@ -48,6 +48,10 @@ use mock_gateway::payments::{PayerAction, RedirectStatus};
 use mock_gateway::{App, Config, Gateway, ScriptSpec, SystemClock};
 use serde::Deserialize;
 
+// the binary's allocator, so the bench measures what `mock-gateway` serves with
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// What the booking system must sustain: 2,000 bookings/s with a wide margin.
 const TARGET: f64 = 20_000.0;
 const API: &str = "/v1.2.0-beta/tokenized/checkout";

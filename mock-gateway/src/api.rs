@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::App;
 use crate::codes::Code;
-use crate::gateway::{Gateway, error_answer};
+use crate::gateway::{Gateway, error_answer_bytes, to_json_bytes};
 use crate::script::{Action, Failure, Operation, Subject};
 
 /// The version prefix real base URLs carry.
@@ -40,16 +40,29 @@ pub fn routes() -> Router<Arc<App>> {
     Router::new().merge(api.clone()).nest(VERSION_PREFIX, api)
 }
 
-/// A bKash answer: HTTP 200 and JSON, success or not.
-fn answer(gateway: &Gateway, op: Operation, result: Result<Value, Code>) -> Response {
+/// A bKash answer: HTTP 200 and JSON (already serialized), success or not.
+fn answer(gateway: &Gateway, op: Operation, result: Result<Vec<u8>, Code>) -> Response {
     let body = match result {
         Ok(v) => v,
         Err(code) => {
             gateway.metrics.refused(op, code);
-            error_answer(code)
+            error_answer_bytes(code)
         }
     };
-    (StatusCode::OK, axum::Json(body)).into_response()
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// A `Value` answer, serialized.
+fn json(result: Result<Value, Code>) -> Result<Vec<u8>, Code> {
+    result.map(|v| to_json_bytes(&v))
 }
 
 /// A response whose body breaks after the headers: the client sees the
@@ -91,7 +104,7 @@ async fn scripted<T>(
     op: Operation,
     subject: Subject<'_>,
     parsed: Result<T, Code>,
-    work: impl FnOnce(T, Shape<'_>) -> Result<Value, Code>,
+    work: impl FnOnce(T, Shape<'_>) -> Result<Vec<u8>, Code>,
 ) -> Response {
     let gw = &app.gateway;
     gw.metrics.call(op);
@@ -188,7 +201,7 @@ async fn grant(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> 
         Operation::Grant,
         Subject::default(),
         Ok(()),
-        |(), _| gw.grant(user, pass, &body),
+        |(), _| json(gw.grant(user, pass, &body)),
     )
     .await
 }
@@ -202,7 +215,7 @@ async fn refresh(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -
         Operation::Refresh,
         Subject::default(),
         Ok(()),
-        |(), _| gw.refresh(user, pass, &body),
+        |(), _| json(gw.refresh(user, pass, &body)),
     )
     .await
 }
@@ -239,11 +252,12 @@ fn payment_and_invoice(
 
 async fn create(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let gw = &app.gateway;
-    let parsed = authorize(gw, &headers).and_then(|key| Ok((key, Gateway::parse_create(&body)?)));
+    let parsed =
+        authorize(gw, &headers).and_then(|key| Ok((key, Gateway::parse_create_with_url(&body)?)));
     let invoice = parsed
         .as_ref()
         .ok()
-        .map(|(_, req)| req.merchant_invoice_number.clone());
+        .map(|(_, (req, _))| req.merchant_invoice_number.clone());
     let subject = Subject {
         payment_id: None,
         invoice: invoice.as_deref(),
@@ -253,12 +267,12 @@ async fn create(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) ->
         Operation::Create,
         subject,
         parsed,
-        |(key, req), shape| {
-            let payment = gw.create(key, req);
+        |(key, (req, callback)), shape| {
+            let (payment_id, answer) = gw.create_serialized(key, req, &callback);
             if shape.cancel {
-                gw.cancel(&payment.payment_id);
+                gw.cancel(&payment_id);
             }
-            Ok(gw.create_answer(&payment))
+            Ok(answer)
         },
     )
     .await
@@ -281,23 +295,28 @@ async fn execute(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -
             if shape.cancel && gw.payment_owned_by(key, &id) {
                 gw.cancel(&id);
             }
-            let (answer, payment) = gw.execute(key, &id, shape.rule.map(str::to_owned))?;
+            // the payment is copied for the webhook only when someone listens
+            let (answer, payment) = gw.execute_serialized(
+                key,
+                &id,
+                shape.rule.map(str::to_owned),
+                app.webhooks.has_subscriptions(),
+            )?;
+            // the script sees every webhook (its call counts and `nth` hold),
+            // subscribed or not; `id` and `invoice` are the executed payment's
             let webhook = gw.script().decide(
                 Operation::Webhook,
                 Subject {
-                    payment_id: Some(&payment.payment_id),
-                    invoice: Some(&payment.merchant_invoice_number),
+                    payment_id: Some(&id),
+                    invoice: invoice.as_deref(),
                 },
             );
             if let Some(d) = &webhook {
-                gw.record_fault(
-                    Operation::Webhook,
-                    &d.rule,
-                    &d.action,
-                    Some(&payment.payment_id),
-                );
+                gw.record_fault(Operation::Webhook, &d.rule, &d.action, Some(&id));
             }
-            app.webhooks.publish(&payment, webhook);
+            if let Some(payment) = payment {
+                app.webhooks.publish(&payment, webhook);
+            }
             Ok(answer)
         },
     )
@@ -317,7 +336,7 @@ async fn status(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) ->
         Operation::Status,
         subject,
         parsed,
-        |(key, id, _), _| gw.status(key, &id),
+        |(key, id, _), _| json(gw.status(key, &id)),
     )
     .await
 }
@@ -330,7 +349,7 @@ async fn search(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) ->
         Operation::Search,
         Subject::default(),
         parsed,
-        |key, _| gw.search(key, &body),
+        |key, _| json(gw.search(key, &body)),
     )
     .await
 }
@@ -348,7 +367,7 @@ async fn refund(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) ->
         Operation::Refund,
         subject,
         parsed,
-        |(key, _, _), _| gw.refund(key, &body),
+        |(key, _, _), _| json(gw.refund(key, &body)),
     )
     .await
 }

@@ -9,6 +9,8 @@ use chrono::Duration;
 use dashmap::DashMap;
 use hmac::{Hmac, Mac};
 use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxBuildHasher;
+use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
@@ -20,7 +22,7 @@ use crate::metrics::Metrics;
 use crate::payments::{NewPayment, PayerAction, Payment, PaymentState, RedirectStatus};
 use crate::script::{Script, ScriptSpec};
 use crate::tokens::{Issued, TokenLimits, Tokens};
-use crate::wire::{Amount, Body, api_time};
+use crate::wire::{Amount, Body, api_time, fields};
 
 /// Longest `payerReference` / `merchantInvoiceNumber` bKash accepts.
 pub const FIELD_LEN_MAX: usize = 255;
@@ -35,10 +37,11 @@ const ORGANIZATION_SHORT_CODE: &str = "50022";
 pub struct Gateway {
     config: Config,
     clock: Arc<dyn Clock>,
-    secret: [u8; 32],
+    /// HMAC keyed once with the gateway's random secret; cloned per MAC.
+    mac_key: Hmac<Sha256>,
     tokens: Tokens,
-    payments: DashMap<String, Payment>,
-    by_trx: DashMap<String, String>,
+    payments: DashMap<String, Payment, FxBuildHasher>,
+    by_trx: DashMap<String, String, FxBuildHasher>,
     script: RwLock<Arc<Script>>,
     sequence: AtomicU64,
     journal: Mutex<Vec<Fault>>,
@@ -71,13 +74,18 @@ impl Gateway {
         let mut secret = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut secret);
         let script = Arc::new(Script::new(ScriptSpec::default(), config.seed));
+        // HMAC takes keys of any length: this cannot fail
+        let mac_key = match Hmac::<Sha256>::new_from_slice(&secret) {
+            Ok(m) => m,
+            Err(_) => unreachable!("HMAC accepts any key length"),
+        };
         Gateway {
             config,
             clock,
-            secret,
+            mac_key,
             tokens: Tokens::default(),
-            payments: DashMap::new(),
-            by_trx: DashMap::new(),
+            payments: DashMap::with_capacity_and_hasher(1024, FxBuildHasher),
+            by_trx: DashMap::with_capacity_and_hasher(1024, FxBuildHasher),
             script: RwLock::new(script),
             sequence: AtomicU64::new(0),
             journal: Mutex::new(Vec::new()),
@@ -111,18 +119,18 @@ impl Gateway {
         self.sequence.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// The first 16 bytes of HMAC-SHA256(secret, what), in lowercase hex.
     fn mac(&self, what: &[u8]) -> String {
-        let mut mac = match Hmac::<Sha256>::new_from_slice(&self.secret) {
-            Ok(m) => m,
-            Err(_) => return String::new(), // HMAC takes keys of any length
-        };
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut mac = self.mac_key.clone();
         mac.update(what);
-        mac.finalize()
-            .into_bytes()
-            .iter()
-            .take(16)
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        let digest = mac.finalize().into_bytes();
+        let mut out = String::with_capacity(32);
+        for b in digest.iter().take(16) {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+        out
     }
 
     fn fresh_token(&self) -> String {
@@ -245,14 +253,42 @@ impl Gateway {
 
     /// Parses and validates a `create` body.
     pub fn parse_create(body: &[u8]) -> Result<NewPayment, Code> {
-        let body = Body::parse(body)?;
-        let mode = body.required("mode")?;
-        let callback_url = body.required("callbackURL")?;
-        let amount_raw = body.raw("amount").ok_or(Code::MandatoryFieldMissing)?;
-        let currency = body.required("currency")?;
-        let intent = body.required("intent")?;
-        let merchant_invoice_number = body.required("merchantInvoiceNumber")?;
-        let payer_reference = body.optional("payerReference")?.unwrap_or_default();
+        Gateway::parse_create_with_url(body).map(|(req, _)| req)
+    }
+
+    /// [`Gateway::parse_create`], also returning the parsed callback URL (the
+    /// redirect URLs of the answer are built from it).
+    pub fn parse_create_with_url(body: &[u8]) -> Result<(NewPayment, url::Url), Code> {
+        let [
+            mode,
+            callback_url,
+            amount,
+            currency,
+            intent,
+            merchant_invoice_number,
+            payer_reference,
+        ] = fields(
+            body,
+            &[
+                "mode",
+                "callbackURL",
+                "amount",
+                "currency",
+                "intent",
+                "merchantInvoiceNumber",
+                "payerReference",
+            ],
+        )?;
+        // the same checks, in the same order, as bKash answers them
+        let mode = mode.required()?;
+        let callback_url = callback_url.required()?;
+        if amount.is_missing() {
+            return Err(Code::MandatoryFieldMissing);
+        }
+        let currency = currency.required()?;
+        let intent = intent.required()?;
+        let merchant_invoice_number = merchant_invoice_number.required()?;
+        let payer_reference = payer_reference.optional()?.unwrap_or_default();
         match mode.as_str() {
             "0011" => {}
             "0000" | "0001" | "0002" => return Err(Code::ModeUnavailable),
@@ -265,7 +301,7 @@ impl Gateway {
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
             return Err(Code::InvalidCallbackUrl);
         }
-        let amount = Amount::from_json(amount_raw)?;
+        let amount = amount.amount()?;
         if currency != "BDT" {
             return Err(Code::InvalidCurrency);
         }
@@ -275,15 +311,18 @@ impl Gateway {
         if merchant_invoice_number.len() > FIELD_LEN_MAX {
             return Err(Code::InvalidMerchantInvoiceNumber);
         }
-        Ok(NewPayment {
-            mode,
-            payer_reference,
-            callback_url,
-            amount,
-            currency,
-            intent,
-            merchant_invoice_number,
-        })
+        Ok((
+            NewPayment {
+                mode,
+                payer_reference,
+                callback_url,
+                amount,
+                currency,
+                intent,
+                merchant_invoice_number,
+            },
+            parsed,
+        ))
     }
 
     /// `create`: a new payment in `Initiated`, and the answer bKash gives.
@@ -313,24 +352,68 @@ impl Gateway {
     }
 
     /// The create answer for a payment.
-    pub fn create_answer(&self, p: &Payment) -> Value {
-        json!({
-            "paymentID": p.payment_id,
-            "paymentCreateTime": api_time(p.created_at),
-            "transactionStatus": "Initiated",
-            "amount": p.amount,
-            "currency": p.currency,
-            "intent": p.intent,
-            "merchantInvoiceNumber": p.merchant_invoice_number,
-            "payerReference": p.payer_reference,
-            "bkashURL": self.bkash_url(p),
-            "callbackURL": p.callback_url,
-            "successCallbackURL": redirect_url(p, RedirectStatus::Success.as_str()),
-            "failureCallbackURL": redirect_url(p, RedirectStatus::Failure.as_str()),
-            "cancelledCallbackURL": redirect_url(p, RedirectStatus::Cancel.as_str()),
-            "statusCode": Code::Successful.as_str(),
-            "statusMessage": Code::Successful.message(),
-        })
+    pub fn create_answer<'p>(&self, p: &'p Payment) -> CreateAnswer<'p> {
+        let redirects = url::Url::parse(&p.callback_url)
+            .ok()
+            .map(|u| RedirectUrls::new(&u, p));
+        self.create_answer_with(p, redirects)
+    }
+
+    fn create_answer_with<'p>(
+        &self,
+        p: &'p Payment,
+        redirects: Option<RedirectUrls>,
+    ) -> CreateAnswer<'p> {
+        let RedirectUrls {
+            success,
+            failure,
+            cancel,
+        } = redirects.unwrap_or_else(|| RedirectUrls {
+            success: p.callback_url.clone(),
+            failure: p.callback_url.clone(),
+            cancel: p.callback_url.clone(),
+        });
+        CreateAnswer {
+            payment_id: &p.payment_id,
+            payment_create_time: api_time(p.created_at),
+            transaction_status: "Initiated",
+            amount: &p.amount,
+            currency: &p.currency,
+            intent: &p.intent,
+            merchant_invoice_number: &p.merchant_invoice_number,
+            payer_reference: &p.payer_reference,
+            bkash_url: self.bkash_url(p),
+            callback_url: &p.callback_url,
+            success_callback_url: success,
+            failure_callback_url: failure,
+            cancelled_callback_url: cancel,
+            status_code: Code::Successful.as_str(),
+            status_message: Code::Successful.message(),
+        }
+    }
+
+    /// `create` as the API serves it: stores the payment and returns its ID
+    /// and the answer's JSON bytes, without copying the payment. `callback` is
+    /// the payment's callback URL as [`Gateway::parse_create_with_url`] parsed it.
+    pub fn create_serialized(
+        &self,
+        app_key: &str,
+        req: NewPayment,
+        callback: &url::Url,
+    ) -> (String, Vec<u8>) {
+        let payment_id = self.payment_id();
+        let signature = self.mac(payment_id.as_bytes());
+        let payment = Payment::new(
+            payment_id.clone(),
+            app_key.to_owned(),
+            signature,
+            req,
+            self.clock.now(),
+        );
+        let redirects = RedirectUrls::new(callback, &payment);
+        let bytes = to_json_bytes(&self.create_answer_with(&payment, Some(redirects)));
+        self.payments.insert(payment_id.clone(), payment);
+        (payment_id, bytes)
     }
 
     /// A payment's merchant invoice number, for selectors.
@@ -375,6 +458,36 @@ impl Gateway {
         payment_id: &str,
         scripted: Option<String>,
     ) -> Result<(Value, Payment), Code> {
+        self.execute_with(app_key, payment_id, scripted, |p| {
+            let answer = serde_json::to_value(ExecuteAnswer::of(p)).unwrap_or(Value::Null);
+            (answer, p.clone())
+        })
+    }
+
+    /// `execute` as the API serves it: the answer's JSON bytes, and a copy of
+    /// the payment only when `webhook_copy` (someone subscribed to webhooks).
+    pub fn execute_serialized(
+        &self,
+        app_key: &str,
+        payment_id: &str,
+        scripted: Option<String>,
+        webhook_copy: bool,
+    ) -> Result<(Vec<u8>, Option<Payment>), Code> {
+        self.execute_with(app_key, payment_id, scripted, |p| {
+            (
+                to_json_bytes(&ExecuteAnswer::of(p)),
+                webhook_copy.then(|| p.clone()),
+            )
+        })
+    }
+
+    fn execute_with<R>(
+        &self,
+        app_key: &str,
+        payment_id: &str,
+        scripted: Option<String>,
+        answer: impl FnOnce(&Payment) -> R,
+    ) -> Result<R, Code> {
         let now = self.clock.now();
         let mut p = self.owned_payment(app_key, payment_id)?;
         p.execute(|| self.trx_id(), now, scripted)?;
@@ -382,26 +495,13 @@ impl Gateway {
             self.by_trx.insert(trx.clone(), p.payment_id.clone());
         }
         self.metrics.executed();
-        let answer = json!({
-            "paymentID": p.payment_id,
-            "customerMsisdn": p.customer_msisdn,
-            "payerReference": p.payer_reference,
-            "paymentExecuteTime": p.executed_at.map(api_time),
-            "trxID": p.trx_id,
-            "transactionStatus": p.state.transaction_status(),
-            "amount": p.amount,
-            "currency": p.currency,
-            "intent": p.intent,
-            "merchantInvoiceNumber": p.merchant_invoice_number,
-            "statusCode": Code::Successful.as_str(),
-            "statusMessage": Code::Successful.message(),
-        });
-        Ok((answer, p.clone()))
+        Ok(answer(&p))
     }
 
     /// Parses the `paymentID` of an execute/status body.
     pub fn payment_id_of(body: &[u8]) -> Result<String, Code> {
-        Body::parse(body)?.required("paymentID")
+        let [id] = fields(body, &["paymentID"])?;
+        id.required()
     }
 
     /// `payment/status`: the payment as bKash reports it.
@@ -651,20 +751,194 @@ fn token_answer(issued: Issued) -> Value {
 /// `signature` appended to whatever query it already has.
 pub fn redirect_url(p: &Payment, status: &str) -> String {
     match url::Url::parse(&p.callback_url) {
-        Ok(mut u) => {
-            u.query_pairs_mut()
-                .append_pair("paymentID", &p.payment_id)
-                .append_pair("status", status)
-                .append_pair("signature", &p.signature);
-            u.to_string()
-        }
+        Ok(u) => RedirectBase::new(&u).with(p, status),
         Err(_) => p.callback_url.clone(),
     }
+}
+
+/// A parsed callback URL cut where the redirect's query pairs go: what
+/// `Url::query_pairs_mut().append_pair(..)` would produce, by concatenation.
+struct RedirectBase<'u> {
+    /// Everything before the fragment.
+    head: &'u str,
+    /// What separates the existing query from the appended pairs.
+    separator: &'static str,
+    /// The fragment, kept after the query.
+    fragment: Option<&'u str>,
+}
+
+impl<'u> RedirectBase<'u> {
+    fn new(u: &'u url::Url) -> RedirectBase<'u> {
+        let s = u.as_str();
+        let fragment = u.fragment();
+        let head = match fragment {
+            Some(f) => &s[..s.len() - f.len() - 1],
+            None => s,
+        };
+        let separator = match u.query() {
+            None => "?",
+            Some("") => "",
+            Some(_) => "&",
+        };
+        RedirectBase {
+            head,
+            separator,
+            fragment,
+        }
+    }
+
+    fn with(&self, p: &Payment, status: &str) -> String {
+        let mut out = String::with_capacity(
+            self.head.len()
+                + 40
+                + p.payment_id.len()
+                + p.signature.len()
+                + self.fragment.map_or(0, str::len),
+        );
+        out.push_str(self.head);
+        out.push_str(self.separator);
+        let pairs = [
+            ("paymentID=", p.payment_id.as_str()),
+            ("&status=", status),
+            ("&signature=", p.signature.as_str()),
+        ];
+        for (key, value) in pairs {
+            out.push_str(key);
+            out.extend(url::form_urlencoded::byte_serialize(value.as_bytes()));
+        }
+        if let Some(f) = self.fragment {
+            out.push('#');
+            out.push_str(f);
+        }
+        out
+    }
+}
+
+/// The three redirect URLs of a create answer.
+struct RedirectUrls {
+    success: String,
+    failure: String,
+    cancel: String,
+}
+
+impl RedirectUrls {
+    fn new(callback: &url::Url, p: &Payment) -> RedirectUrls {
+        let base = RedirectBase::new(callback);
+        RedirectUrls {
+            success: base.with(p, RedirectStatus::Success.as_str()),
+            failure: base.with(p, RedirectStatus::Failure.as_str()),
+            cancel: base.with(p, RedirectStatus::Cancel.as_str()),
+        }
+    }
+}
+
+/// The answer to `create`.
+#[derive(Debug, Serialize)]
+pub struct CreateAnswer<'p> {
+    #[serde(rename = "paymentID")]
+    payment_id: &'p str,
+    #[serde(rename = "paymentCreateTime")]
+    payment_create_time: String,
+    #[serde(rename = "transactionStatus")]
+    transaction_status: &'static str,
+    amount: &'p str,
+    currency: &'p str,
+    intent: &'p str,
+    #[serde(rename = "merchantInvoiceNumber")]
+    merchant_invoice_number: &'p str,
+    #[serde(rename = "payerReference")]
+    payer_reference: &'p str,
+    #[serde(rename = "bkashURL")]
+    bkash_url: String,
+    #[serde(rename = "callbackURL")]
+    callback_url: &'p str,
+    #[serde(rename = "successCallbackURL")]
+    success_callback_url: String,
+    #[serde(rename = "failureCallbackURL")]
+    failure_callback_url: String,
+    #[serde(rename = "cancelledCallbackURL")]
+    cancelled_callback_url: String,
+    #[serde(rename = "statusCode")]
+    status_code: &'static str,
+    #[serde(rename = "statusMessage")]
+    status_message: &'static str,
+}
+
+/// The answer to a successful `execute`.
+#[derive(Debug, Serialize)]
+struct ExecuteAnswer<'p> {
+    #[serde(rename = "paymentID")]
+    payment_id: &'p str,
+    #[serde(rename = "customerMsisdn")]
+    customer_msisdn: Option<&'p str>,
+    #[serde(rename = "payerReference")]
+    payer_reference: &'p str,
+    #[serde(rename = "paymentExecuteTime")]
+    payment_execute_time: Option<String>,
+    #[serde(rename = "trxID")]
+    trx_id: Option<&'p str>,
+    #[serde(rename = "transactionStatus")]
+    transaction_status: &'static str,
+    amount: &'p str,
+    currency: &'p str,
+    intent: &'p str,
+    #[serde(rename = "merchantInvoiceNumber")]
+    merchant_invoice_number: &'p str,
+    #[serde(rename = "statusCode")]
+    status_code: &'static str,
+    #[serde(rename = "statusMessage")]
+    status_message: &'static str,
+}
+
+impl<'p> ExecuteAnswer<'p> {
+    fn of(p: &'p Payment) -> ExecuteAnswer<'p> {
+        ExecuteAnswer {
+            payment_id: &p.payment_id,
+            customer_msisdn: p.customer_msisdn.as_deref(),
+            payer_reference: &p.payer_reference,
+            payment_execute_time: p.executed_at.map(api_time),
+            trx_id: p.trx_id.as_deref(),
+            transaction_status: p.state.transaction_status(),
+            amount: &p.amount,
+            currency: &p.currency,
+            intent: &p.intent,
+            merchant_invoice_number: &p.merchant_invoice_number,
+            status_code: Code::Successful.as_str(),
+            status_message: Code::Successful.message(),
+        }
+    }
+}
+
+/// The error answer's shape.
+#[derive(Serialize)]
+struct ErrorAnswer {
+    #[serde(rename = "statusCode")]
+    status_code: &'static str,
+    #[serde(rename = "statusMessage")]
+    status_message: &'static str,
+}
+
+/// Serializes an answer; our answers (strings and numbers only) cannot fail.
+pub fn to_json_bytes<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    if serde_json::to_writer(&mut out, v).is_err() {
+        out.clear();
+        out.extend_from_slice(b"{}");
+    }
+    out
 }
 
 /// The error answer bKash gives: HTTP 200 with a code and a message.
 pub fn error_answer(code: Code) -> Value {
     json!({ "statusCode": code.as_str(), "statusMessage": code.message() })
+}
+
+/// [`error_answer`] as JSON bytes.
+pub fn error_answer_bytes(code: Code) -> Vec<u8> {
+    to_json_bytes(&ErrorAnswer {
+        status_code: code.as_str(),
+        status_message: code.message(),
+    })
 }
 
 #[cfg(test)]

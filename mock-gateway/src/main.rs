@@ -8,6 +8,10 @@ use clap::Parser;
 use mock_gateway::{Config, ScriptSpec, SystemClock, config::Merchant};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc: the gateway allocates many small short-lived strings per request.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A scriptable mock of bKash Tokenized Checkout v1.2.0-beta with SNS-signed webhooks.
 #[derive(Debug, Parser)]
 #[command(name = "mock-gateway", version)]

@@ -3,6 +3,8 @@
 //! and as JSON at `/__mock/stats`; every label set is drawn from a closed enum,
 //! so the JSON view can enumerate them without keeping a second copy.
 
+use std::sync::OnceLock;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -83,6 +85,12 @@ pub struct Metrics {
     executed: Counter,
     payer: Family<ActionLabel, Counter>,
     webhooks: Family<OutcomeLabel, Counter>,
+    /// Each operation's `calls` counter, fetched from the family on first use
+    /// (a counter shares its value with the family's): no lock or hash per call.
+    /// Filled lazily so the exposition lists only operations seen, as before.
+    calls_by_op: [OnceLock<Counter>; Operation::ALL.len()],
+    /// The same for payer actions: pay, cancel, fail.
+    payer_by_action: [OnceLock<Counter>; 3],
 }
 
 impl Default for Metrics {
@@ -135,6 +143,8 @@ impl Default for Metrics {
             executed,
             payer,
             webhooks,
+            calls_by_op: Default::default(),
+            payer_by_action: Default::default(),
         }
     }
 }
@@ -142,7 +152,13 @@ impl Default for Metrics {
 impl Metrics {
     /// Counts a call.
     pub fn call(&self, op: Operation) {
-        self.calls.get_or_create(&OpLabel { op: op.as_str() }).inc();
+        let label = || OpLabel { op: op.as_str() };
+        match self.calls_by_op.get(op.index()) {
+            Some(slot) => slot
+                .get_or_init(|| self.calls.get_or_create(&label()).clone())
+                .inc(),
+            None => self.calls.get_or_create(&label()).inc(),
+        };
     }
 
     /// Counts a refusal.
@@ -174,12 +190,14 @@ impl Metrics {
 
     /// Counts a payer action.
     pub fn payer(&self, action: crate::payments::PayerAction) {
-        let action = match action {
-            crate::payments::PayerAction::Pay => "pay",
-            crate::payments::PayerAction::Cancel => "cancel",
-            crate::payments::PayerAction::Fail => "fail",
+        let (i, action) = match action {
+            crate::payments::PayerAction::Pay => (0, "pay"),
+            crate::payments::PayerAction::Cancel => (1, "cancel"),
+            crate::payments::PayerAction::Fail => (2, "fail"),
         };
-        self.payer.get_or_create(&ActionLabel { action }).inc();
+        self.payer_by_action[i]
+            .get_or_init(|| self.payer.get_or_create(&ActionLabel { action }).clone())
+            .inc();
     }
 
     /// Counts a webhook outcome.

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 
 use chrono::{DateTime, Duration, Utc};
 use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
 use serde::Serialize;
 
 use crate::codes::Code;
@@ -50,9 +51,9 @@ pub fn take_grant(
 /// Token state: grants per app key, live id and refresh tokens.
 #[derive(Debug, Default)]
 pub struct Tokens {
-    grants: DashMap<String, VecDeque<DateTime<Utc>>>,
-    id_tokens: DashMap<String, Entry>,
-    refresh_tokens: DashMap<String, Entry>,
+    grants: DashMap<String, VecDeque<DateTime<Utc>>, FxBuildHasher>,
+    id_tokens: DashMap<String, Entry, FxBuildHasher>,
+    refresh_tokens: DashMap<String, Entry, FxBuildHasher>,
 }
 
 /// The limits a [`Tokens`] enforces.

@@ -253,6 +253,12 @@ impl Webhooks {
         sub
     }
 
+    /// Whether any endpoint is subscribed (confirmed or not): cheaper than
+    /// [`Webhooks::subscriptions`], which copies them.
+    pub fn has_subscriptions(&self) -> bool {
+        !self.subscriptions.read().is_empty()
+    }
+
     /// The subscriptions.
     pub fn subscriptions(&self) -> Vec<Subscription> {
         self.subscriptions.read().clone()

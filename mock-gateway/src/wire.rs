@@ -2,7 +2,10 @@
 //!
 //! Pure functions only; the handlers in [`crate::api`] call them.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, FixedOffset, Utc};
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use crate::codes::Code;
@@ -20,10 +23,38 @@ fn dhaka() -> FixedOffset {
 }
 
 /// A time as bKash writes it in API answers: `2023-01-23T06:21:19:254 GMT+0600`.
+///
+/// Written by hand (this runs several times per API answer): the same text as
+/// chrono's `%Y-%m-%dT%H:%M:%S:%3f GMT+0600` in Dhaka time.
 pub fn api_time(t: DateTime<Utc>) -> String {
-    t.with_timezone(&dhaka())
-        .format("%Y-%m-%dT%H:%M:%S:%3f GMT+0600")
-        .to_string()
+    use chrono::{Datelike, Timelike};
+    let local = t.naive_utc() + chrono::Duration::seconds(i64::from(BANGLADESH_OFFSET_SECS));
+    let year = local.year();
+    if !(0..=9999).contains(&year) {
+        // outside what four digits hold: chrono knows how to write it
+        return t
+            .with_timezone(&dhaka())
+            .format("%Y-%m-%dT%H:%M:%S:%3f GMT+0600")
+            .to_string();
+    }
+    let millis = local.nanosecond() % 1_000_000_000 / 1_000_000;
+    let mut b = *b"0000-00-00T00:00:00:000 GMT+0600";
+    let mut put = |at: usize, width: usize, mut v: u32| {
+        for i in (at..at + width).rev() {
+            b[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, 4, year as u32);
+    put(5, 2, local.month());
+    put(8, 2, local.day());
+    put(11, 2, local.hour());
+    put(14, 2, local.minute());
+    // a leap second shows as :60, as chrono writes it
+    put(17, 2, local.second() + local.nanosecond() / 1_000_000_000);
+    put(20, 3, millis);
+    // every byte written above is an ASCII digit
+    String::from_utf8_lossy(&b).into_owned()
 }
 
 /// A time as bKash writes it in IPN messages: `20180419122246`.
@@ -148,6 +179,195 @@ impl Body {
     pub fn raw(&self, name: &str) -> Option<&Value> {
         self.0.get(name).filter(|v| !v.is_null())
     }
+}
+
+/// One field of a request body, classified as [`Body`] would see it, read by
+/// [`fields`] without building a generic JSON tree.
+#[derive(Debug, Default)]
+pub enum Field<'a> {
+    /// Not in the body.
+    #[default]
+    Absent,
+    /// `null`.
+    Null,
+    /// A string (borrowed from the body when it has no escapes).
+    Str(Cow<'a, str>),
+    /// A number.
+    Num(serde_json::Number),
+    /// A boolean, an array or an object.
+    Other,
+}
+
+impl<'a> Field<'a> {
+    /// As [`Body::optional`]: absent, null or blank is `None`; numbers are
+    /// stringified; anything else is [`Code::InvalidRequestBody`].
+    pub fn optional(self) -> Result<Option<String>, Code> {
+        match self {
+            Field::Absent | Field::Null => Ok(None),
+            Field::Str(s) if s.trim().is_empty() => Ok(None),
+            Field::Str(s) => Ok(Some(s.into_owned())),
+            Field::Num(n) => Ok(Some(n.to_string())),
+            Field::Other => Err(Code::InvalidRequestBody),
+        }
+    }
+
+    /// As [`Body::required`]: missing or blank is [`Code::MandatoryFieldMissing`].
+    pub fn required(self) -> Result<String, Code> {
+        self.optional()?.ok_or(Code::MandatoryFieldMissing)
+    }
+
+    /// Whether the field is absent or null (what [`Body::raw`] filters out).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, Field::Absent | Field::Null)
+    }
+
+    /// As [`Amount::from_json`] on the raw value.
+    pub fn amount(&self) -> Result<Amount, Code> {
+        match self {
+            Field::Str(s) => Amount::parse(s),
+            Field::Num(n) => Amount::parse(&n.to_string()),
+            _ => Err(Code::InvalidAmount),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Field<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Field<'de>, D::Error> {
+        d.deserialize_any(FieldVisitor)
+    }
+}
+
+struct FieldVisitor;
+
+impl<'de> serde::de::Visitor<'de> for FieldVisitor {
+    type Value = Field<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Field<'de>, E> {
+        Ok(Field::Other)
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Field<'de>, E> {
+        Ok(Field::Num(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Field<'de>, E> {
+        Ok(Field::Num(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Field<'de>, E> {
+        // as serde_json's Value: a non-finite float is null
+        Ok(serde_json::Number::from_f64(v).map_or(Field::Null, Field::Num))
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Field<'de>, E> {
+        Ok(Field::Str(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Field<'de>, E> {
+        Ok(Field::Str(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Field<'de>, E> {
+        Ok(Field::Str(Cow::Owned(v)))
+    }
+
+    fn visit_unit<E>(self) -> Result<Field<'de>, E> {
+        Ok(Field::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Field<'de>, E> {
+        Ok(Field::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Field<'de>, D::Error> {
+        <Field<'de> as serde::Deserialize<'de>>::deserialize(d)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Field<'de>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Field::Other)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Field<'de>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Field::Other)
+    }
+}
+
+/// Which of the wanted names a key is.
+struct KeySeed<'n>(&'n [&'n str]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeySeed<'_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.iter().position(|n| *n == v))
+    }
+}
+
+/// The wanted fields of a JSON object.
+struct FieldsSeed<'n, const N: usize>(&'n [&'n str; N]);
+
+impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for FieldsSeed<'_, N> {
+    type Value = [Field<'de>; N];
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, const N: usize> serde::de::Visitor<'de> for FieldsSeed<'_, N> {
+    type Value = [Field<'de>; N];
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out: [Field<'de>; N] = std::array::from_fn(|_| Field::Absent);
+        while let Some(key) = map.next_key_seed(KeySeed(self.0))? {
+            match key {
+                // a repeated key: the last one wins, as in serde_json's Map
+                Some(i) => out[i] = map.next_value()?,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Reads the fields `names` of a JSON object body, classifying each as
+/// [`Body`] would; anything but a JSON object is [`Code::InvalidRequestBody`].
+/// Other keys are skipped (but must be valid JSON).
+pub fn fields<'a, const N: usize>(
+    bytes: &'a [u8],
+    names: &[&str; N],
+) -> Result<[Field<'a>; N], Code> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let out = FieldsSeed(names)
+        .deserialize(&mut de)
+        .map_err(|_| Code::InvalidRequestBody)?;
+    de.end().map_err(|_| Code::InvalidRequestBody)?;
+    Ok(out)
 }
 
 #[cfg(test)]
