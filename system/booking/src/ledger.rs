@@ -285,8 +285,11 @@ impl Model {
     }
 
     /// A pending hold made by `token` becomes held with `payment_id` until
-    /// `deadline_ms`. Anything else (no hold, another token, already held) is
-    /// `NoMatch`; a paid candidate is `Paid`.
+    /// `deadline_ms`. Attaching the same payment again with the same token is
+    /// `Done` and changes nothing (a retried attach must not look like a lost
+    /// hold, or the caller would undo a seat with a live payment). Anything else
+    /// (no hold, another token, another payment) is `NoMatch`; a paid candidate
+    /// is `Paid`.
     pub fn attach_payment(
         &mut self,
         candidate: &CandidateHash,
@@ -298,6 +301,11 @@ impl Model {
             return Step::Paid;
         }
         match self.holds.get_mut(candidate) {
+            Some(Hold {
+                token: t,
+                state: HoldState::Held { payment_id: p, .. },
+                ..
+            }) if t == token && p == payment_id => Step::Done,
             Some(hold)
                 if hold.token == *token && matches!(hold.state, HoldState::Pending { .. }) =>
             {
@@ -542,6 +550,25 @@ mod tests {
         assert_eq!(
             m.attach_payment(&cs[0], &token("t1"), &pay("P1"), 100),
             Step::Done
+        );
+        assert_eq!(
+            m.attach_payment(&cs[0], &token("t1"), &pay("P1"), 999),
+            Step::Done,
+            "a retried attach is done"
+        );
+        assert_eq!(
+            m.attach_payment(&cs[0], &token("t1"), &pay("P2"), 100),
+            Step::NoMatch
+        );
+        assert!(
+            matches!(
+                m.holds[&cs[0]].state,
+                HoldState::Held {
+                    deadline_ms: 100,
+                    ..
+                }
+            ),
+            "the retry changed nothing"
         );
         assert_eq!(m.release(&cs[0], &pay("P0")), Step::NoMatch);
         assert_eq!(m.extend(&cs[0], &pay("P1"), 200), Step::Done);
