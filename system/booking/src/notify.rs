@@ -1,0 +1,69 @@
+//! Where the system's outputs go: confirmation emails ([`Mailer`]), the live
+//! status document ([`StatusSink`]) and alerts to a human ([`Alerts`]).
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{CandidateHash, Level, PaymentId, SaleId};
+
+/// An output backend could not take the item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotifyError {
+    /// Unreachable, timed out or failed.
+    #[error("output unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The confirmation email of one PAID booking.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confirmation {
+    /// Sale.
+    pub sale: SaleId,
+    /// Who paid.
+    pub candidate: CandidateHash,
+    /// Level of the seat.
+    pub level: Level,
+    /// The payment.
+    pub payment_id: PaymentId,
+    /// Gateway transaction.
+    pub trx_id: Option<String>,
+}
+
+/// Sends confirmation emails. Sent only after the HELD→PAID update succeeded,
+/// and by its winner only: the audit checks exactly one per PAID booking.
+#[async_trait]
+pub trait Mailer: Send + Sync + std::fmt::Debug {
+    /// Sends one confirmation.
+    async fn send(&self, confirmation: &Confirmation) -> Result<(), NotifyError>;
+}
+
+/// Stores the whole status document (S3 `status.json` in production): every
+/// write replaces it.
+#[async_trait]
+pub trait StatusSink: Send + Sync + std::fmt::Debug {
+    /// Overwrites the document.
+    async fn put(&self, document: &[u8]) -> Result<(), NotifyError>;
+    /// The current document, if any.
+    async fn get(&self) -> Result<Option<Vec<u8>>, NotifyError>;
+}
+
+/// Something a human must look at (a hold extended to its limit, a message in
+/// the dead-letter queue, a payment completed for a released seat).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alert {
+    /// Short machine-readable kind, e.g. "extensions_exhausted".
+    pub kind: String,
+    /// What happened, for the human.
+    pub detail: String,
+    /// The booking concerned, if any.
+    pub candidate: Option<CandidateHash>,
+    /// The payment concerned, if any.
+    pub payment_id: Option<PaymentId>,
+}
+
+/// Raises alerts.
+#[async_trait]
+pub trait Alerts: Send + Sync + std::fmt::Debug {
+    /// Raises one alert.
+    async fn raise(&self, alert: Alert) -> Result<(), NotifyError>;
+}
