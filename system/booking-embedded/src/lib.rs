@@ -6,6 +6,7 @@
 //! - [`records`]: a DynamoDB-like record store.
 //! - [`queue`]: an SQS-FIFO-like queue.
 
+pub mod coordination;
 pub mod ledger;
 pub mod queue;
 pub mod records;

@@ -8,14 +8,20 @@
 
 pub mod clock;
 pub mod coordination;
+pub mod gateway;
 pub mod ids;
 pub mod ledger;
+pub mod notify;
 pub mod queue;
 pub mod records;
 pub mod settings;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coordination::{Coordination, CoordinationError};
+pub use gateway::{
+    CreatePayment, CreatedPayment, Executed, GatewayError, GatewayPaymentState, PaymentGateway,
+    PaymentStatus,
+};
 pub use ids::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
 pub use ledger::{Admission, Counters, Hold, HoldState, Ledger, LedgerError, Model, Step};
 pub use queue::{Message, Queue, QueueDepth, QueueError, ReceiptHandle, Received, SendOutcome};
@@ -23,4 +29,5 @@ pub use records::{
     BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
     StreamKind, StreamRecord, Throttles, UserIdentity, WorkerVerdict, classify_conflict,
 };
+pub use notify::{Alert, Alerts, Confirmation, Mailer, NotifyError, StatusSink};
 pub use settings::Settings;
