@@ -4,7 +4,7 @@
 default:
     @just --list
 
-# Install what the tests need beyond Rust (Python venv with third-party bKash clients); idempotent.
+# Install what the tests need beyond Rust (Python venv with third-party bKash clients, redis-server); idempotent.
 setup:
     scripts/setup
 
@@ -30,9 +30,10 @@ ci:
     cargo clippy --workspace --all-targets --locked -- -D warnings
     scripts/test
 
-# Benchmarks: gateway create+execute round trips per second on one core.
+# Benchmarks: gateway create+execute round trips per second on one core; the Redis admission script's rate.
 bench:
     cargo bench -p mock-gateway --bench round_trip
+    cargo run --release -p booking-redis --example admission_rate
 
 # API docs for every crate.
 doc:
