@@ -8,5 +8,6 @@
 
 pub mod coordination;
 pub mod ledger;
+pub mod outputs;
 pub mod queue;
 pub mod records;

@@ -46,10 +46,12 @@
 //!   server trouble are [`booking::LedgerError::Unavailable`].
 
 mod codec;
+pub mod coordination;
 pub mod keys;
 pub mod ledger;
 pub mod pool;
 mod scripts;
 
+pub use coordination::{CoordinationConnectError, RedisCoordination};
 pub use keys::KeyPrefix;
 pub use ledger::{ConnectError, RedisLedger};

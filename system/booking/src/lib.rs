@@ -15,6 +15,7 @@ pub mod notify;
 pub mod queue;
 pub mod records;
 pub mod settings;
+pub mod status;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coordination::{Coordination, CoordinationError};
@@ -31,3 +32,4 @@ pub use records::{
 };
 pub use notify::{Alert, Alerts, Confirmation, Mailer, NotifyError, StatusSink};
 pub use settings::Settings;
+pub use status::{StatusDocument, StatusWriter};
