@@ -1,0 +1,33 @@
+//! The booking system's background services, each a pure decision function
+//! plus a thin, bounded, stoppable async loop over the ports of `booking`:
+//!
+//! - [`confirm`]: the one conditional HELD→PAID step every confirm path ends
+//!   in, and the at-most-once confirmation email behind it.
+//! - [`worker`]: SQS FIFO → the record store (conditional put, conflicts
+//!   classified with a consistent read). Never touches a seat counter.
+//! - [`reconciler`]: the only release path; one leader per sale under a lock.
+//! - [`expiry`]: the TTL safety net on the change stream.
+//!
+//! Loops stop when their shutdown signal (a `tokio::sync::watch` of `bool`)
+//! turns `true`, or when its sender is dropped. Counters are plain atomics,
+//! read with each service's `stats()`.
+
+pub mod confirm;
+pub mod expiry;
+pub mod reconciler;
+pub mod worker;
+
+/// The shutdown signal every loop takes: stop when it reads `true` or when the
+/// sender is gone.
+pub type Shutdown = tokio::sync::watch::Receiver<bool>;
+
+/// Whether the signal says stop (`true`, or the sender dropped).
+pub(crate) fn stopping(shutdown: &Shutdown) -> bool {
+    *shutdown.borrow() || shutdown.has_changed().is_err()
+}
+
+/// Waits until the signal says stop.
+pub(crate) async fn stopped(shutdown: &mut Shutdown) {
+    // `wait_for` errs when the sender is dropped: that is a stop too
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}

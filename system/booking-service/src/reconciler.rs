@@ -1,0 +1,802 @@
+//! The reconciler: the only release path.
+//!
+//! One instance per sale runs it, under a lock with an owner token
+//! (`keys::reconciler_lock`, TTL twice the sweep interval, renewed every
+//! sweep). Every sweep:
+//!
+//! 1. undoes stale pending admissions (requests that died before their hold
+//!    was enqueued), by request token;
+//! 2. takes HELD records of the sale whose deadline is within the sweep
+//!    window or past;
+//! 3. handles them most overdue first, `sweep_concurrency` at a time, and
+//!    starts no new one once `sweep_budget` has passed;
+//! 4. queries the gateway for each and acts on [`decide`]: completed → PAID
+//!    through [`crate::confirm::mark_paid`]; cancelled/failed, or not
+//!    completed after the deadline → payment-guarded ledger release, then a
+//!    conditional delete of the record; pending before the deadline → leave;
+//!    the query failed → count it on the record; at the threshold extend the
+//!    hold by `hold`, at most `extensions_max` times, then alert a human.
+//!    Never release on uncertainty.
+//!
+//! Release order: ledger first, record second. A crash in between leaves a
+//! HELD record whose ledger hold is gone; the next sweep releases again (a
+//! no-op) and deletes the record.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use booking::clock::Clock;
+use booking::coordination::{Coordination, keys};
+use booking::gateway::{GatewayError, GatewayPaymentState, PaymentGateway, PaymentStatus};
+use booking::ledger::{Ledger, Step};
+use booking::notify::{Alert, Alerts, Mailer};
+use booking::records::{
+    BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
+};
+use booking::{SaleId, Settings};
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
+
+use crate::confirm::{self, ConfirmPorts, MarkPaidOutcome, PaidRequest};
+use crate::{Shutdown, stopped, stopping};
+
+/// Why a hold is released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseReason {
+    /// The gateway says cancelled.
+    Cancelled,
+    /// The gateway says failed.
+    Failed,
+    /// Not completed, and the deadline has passed.
+    Expired,
+}
+
+/// What the reconciler does with one due record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Completed at the gateway: HELD→PAID and the email.
+    MarkPaid {
+        /// The gateway transaction.
+        trx_id: String,
+    },
+    /// Payment-guarded release, then the conditional delete.
+    Release {
+        /// Why.
+        reason: ReleaseReason,
+    },
+    /// Pending before the deadline: the user may still be paying.
+    Leave,
+    /// The query failed (or said something uncertain): count it.
+    NoteFailure,
+    /// The query failed for the threshold'th time: extend the hold.
+    Extend {
+        /// The new deadline.
+        deadline_ms: u64,
+    },
+    /// The query failed for the threshold'th time and the extensions are used
+    /// up: count it and alert a human. Never release.
+    Alert,
+}
+
+/// The reconciler's decision for one HELD record (pure).
+///
+/// `query` is the gateway's answer (`Err`: no answer). An answer about
+/// another payment, or a state this adapter does not know, is uncertainty,
+/// like a failed query.
+pub fn decide(
+    record: &BookingRecord,
+    query: &Result<PaymentStatus, GatewayError>,
+    now_ms: u64,
+    settings: &Settings,
+) -> Action {
+    let past_deadline = now_ms >= record.deadline_ms;
+    let state = match query {
+        Ok(status) if status.payment_id == record.payment_id => Some(&status.state),
+        _ => None,
+    };
+    match state {
+        Some(GatewayPaymentState::Completed { trx_id }) => Action::MarkPaid {
+            trx_id: trx_id.clone(),
+        },
+        Some(GatewayPaymentState::Cancelled) => Action::Release {
+            reason: ReleaseReason::Cancelled,
+        },
+        Some(GatewayPaymentState::Failed) => Action::Release {
+            reason: ReleaseReason::Failed,
+        },
+        Some(GatewayPaymentState::Initiated | GatewayPaymentState::Authorized) => {
+            if past_deadline {
+                Action::Release {
+                    reason: ReleaseReason::Expired,
+                }
+            } else {
+                Action::Leave
+            }
+        }
+        Some(GatewayPaymentState::Unknown(_)) | None => {
+            let failures = record.query_failures.saturating_add(1);
+            if failures < settings.query_failures_before_extension {
+                Action::NoteFailure
+            } else if record.extensions < settings.extensions_max {
+                Action::Extend {
+                    deadline_ms: record
+                        .deadline_ms
+                        .saturating_add(settings.hold.as_millis() as u64),
+                }
+            } else if failures == settings.query_failures_before_extension {
+                Action::Alert
+            } else {
+                // alerted already: keep counting, keep asking, never release
+                Action::NoteFailure
+            }
+        }
+    }
+}
+
+/// How one reconciler instance runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconcilerConfig {
+    /// The sale it reconciles.
+    pub sale: SaleId,
+    /// Key prefix of the coordination store.
+    pub prefix: String,
+    /// This instance's owner token for the lock.
+    pub owner: String,
+    /// The numbers (interval, window, concurrency, budget, thresholds, hold).
+    pub settings: Settings,
+    /// Due records taken per sweep at most.
+    pub due_limit: usize,
+    /// Stale pending admissions undone per sweep at most.
+    pub pending_limit: usize,
+    /// The time one gateway query may use.
+    pub query_timeout: Duration,
+}
+
+impl ReconcilerConfig {
+    /// The defaults for a sale and an owner.
+    pub fn new(sale: SaleId, prefix: &str, owner: &str, settings: Settings) -> ReconcilerConfig {
+        ReconcilerConfig {
+            sale,
+            prefix: prefix.to_owned(),
+            owner: owner.to_owned(),
+            query_timeout: settings.request_deadline,
+            settings,
+            due_limit: 10_000,
+            pending_limit: 10_000,
+        }
+    }
+
+    /// The lock's TTL: twice the sweep interval.
+    pub fn lock_ttl(&self) -> Duration {
+        self.settings.sweep_interval.saturating_mul(2)
+    }
+}
+
+/// The ports the reconciler uses.
+#[derive(Debug, Clone)]
+pub struct ReconcilerPorts {
+    /// Records.
+    pub records: Arc<dyn RecordStore>,
+    /// Seats.
+    pub ledger: Arc<dyn Ledger>,
+    /// Status queries.
+    pub gateway: Arc<dyn PaymentGateway>,
+    /// The leader lock.
+    pub coordination: Arc<dyn Coordination>,
+    /// Confirmation emails.
+    pub mailer: Arc<dyn Mailer>,
+    /// Alerts.
+    pub alerts: Arc<dyn Alerts>,
+    /// The time decisions use.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    /// Whether this instance held the lock (nothing else happened if not).
+    pub leader: bool,
+    /// Stale pending admissions undone.
+    pub pending_undone: u64,
+    /// Due records found.
+    pub due: u64,
+    /// Due records handled (the rest waited for the budget).
+    pub started: u64,
+    /// Marked PAID by this sweep.
+    pub paid: u64,
+    /// Released.
+    pub released: u64,
+    /// Left alone.
+    pub left: u64,
+    /// Failed queries counted.
+    pub query_failures: u64,
+    /// Holds extended.
+    pub extended: u64,
+    /// Alerts raised.
+    pub alerts: u64,
+    /// Steps that failed (retried next sweep).
+    pub errors: u64,
+}
+
+/// The reconciler's counters (totals over all sweeps).
+#[derive(Debug, Default)]
+struct Totals {
+    sweeps: AtomicU64,
+    not_leader: AtomicU64,
+    pending_undone: AtomicU64,
+    started: AtomicU64,
+    paid: AtomicU64,
+    released: AtomicU64,
+    left: AtomicU64,
+    query_failures: AtomicU64,
+    extended: AtomicU64,
+    alerts: AtomicU64,
+    errors: AtomicU64,
+    deferred: AtomicU64,
+}
+
+/// A snapshot of the reconciler's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct ReconcilerCounts {
+    pub sweeps: u64,
+    pub not_leader: u64,
+    pub pending_undone: u64,
+    pub started: u64,
+    pub paid: u64,
+    pub released: u64,
+    pub left: u64,
+    pub query_failures: u64,
+    pub extended: u64,
+    pub alerts: u64,
+    pub errors: u64,
+    /// Due records not started because the budget ran out.
+    pub deferred: u64,
+}
+
+/// What handling one record came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Done {
+    Paid,
+    Released,
+    Left,
+    QueryFailure,
+    Extended,
+    Alerted,
+    Error,
+}
+
+/// One reconciler instance.
+#[derive(Debug)]
+pub struct Reconciler {
+    ports: ReconcilerPorts,
+    config: Arc<ReconcilerConfig>,
+    totals: Totals,
+}
+
+impl Reconciler {
+    /// A reconciler over these ports.
+    pub fn new(ports: ReconcilerPorts, config: ReconcilerConfig) -> Reconciler {
+        Reconciler {
+            ports,
+            config: Arc::new(config),
+            totals: Totals::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> ReconcilerCounts {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let t = &self.totals;
+        ReconcilerCounts {
+            sweeps: g(&t.sweeps),
+            not_leader: g(&t.not_leader),
+            pending_undone: g(&t.pending_undone),
+            started: g(&t.started),
+            paid: g(&t.paid),
+            released: g(&t.released),
+            left: g(&t.left),
+            query_failures: g(&t.query_failures),
+            extended: g(&t.extended),
+            alerts: g(&t.alerts),
+            errors: g(&t.errors),
+            deferred: g(&t.deferred),
+        }
+    }
+
+    fn lock_key(&self) -> String {
+        keys::reconciler_lock(&self.config.prefix, &self.config.sale)
+    }
+
+    /// Renews the lock if this instance holds it, or takes it if free.
+    pub async fn acquire(&self) -> bool {
+        let key = self.lock_key();
+        let ttl = self.config.lock_ttl();
+        let coordination = &self.ports.coordination;
+        match coordination
+            .extend_lock(&key, &self.config.owner, ttl)
+            .await
+        {
+            Ok(true) => return true,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "reconciler lock renewal failed");
+                return false;
+            }
+        }
+        match coordination.try_lock(&key, &self.config.owner, ttl).await {
+            Ok(taken) => {
+                if taken {
+                    tracing::info!(owner = %self.config.owner, "reconciler lock taken");
+                }
+                taken
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reconciler lock failed");
+                false
+            }
+        }
+    }
+
+    /// Gives the lock up, if held.
+    pub async fn release_lock(&self) {
+        if let Err(e) = self
+            .ports
+            .coordination
+            .unlock(&self.lock_key(), &self.config.owner)
+            .await
+        {
+            tracing::warn!(error = %e, "reconciler unlock failed");
+        }
+    }
+
+    /// One sweep, if this instance is (or becomes) the leader.
+    pub async fn tick(&self) -> SweepReport {
+        if !self.acquire().await {
+            self.totals.not_leader.fetch_add(1, Ordering::Relaxed);
+            return SweepReport::default();
+        }
+        self.sweep().await
+    }
+
+    /// One sweep, without the lock (call [`Reconciler::tick`] in production).
+    pub async fn sweep(&self) -> SweepReport {
+        let started_at = tokio::time::Instant::now();
+        let mut report = SweepReport {
+            leader: true,
+            ..SweepReport::default()
+        };
+        self.totals.sweeps.fetch_add(1, Ordering::Relaxed);
+        let now_ms = self.ports.clock.now_ms();
+        let settings = &self.config.settings;
+        let sale = &self.config.sale;
+
+        // (1) stale pending admissions
+        let stale_before = now_ms.saturating_sub(settings.pending_stale_after.as_millis() as u64);
+        match self
+            .ports
+            .ledger
+            .stale_pending(sale, stale_before, self.config.pending_limit)
+            .await
+        {
+            Ok(stale) => {
+                for (candidate, hold) in stale {
+                    match self
+                        .ports
+                        .ledger
+                        .undo_admission(sale, &candidate, &hold.token)
+                        .await
+                    {
+                        Ok(Step::Done) => {
+                            tracing::info!(candidate = %candidate, token = %hold.token, "stale pending admission undone");
+                            report.pending_undone += 1;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "stale pending undo failed");
+                            report.errors += 1;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "stale pending scan failed");
+                report.errors += 1;
+            }
+        }
+
+        // (2) due records of this sale, (3) most overdue first
+        let window_end = now_ms.saturating_add(settings.sweep_window.as_millis() as u64);
+        let mut due = match self
+            .ports
+            .records
+            .held_due(window_end, self.config.due_limit)
+            .await
+        {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "due-holds query failed");
+                report.errors += 1;
+                self.add_totals(&report);
+                return report;
+            }
+        };
+        due.retain(|r| r.sale == *sale && r.status == RecordStatus::Held);
+        due.sort_by(|a, b| {
+            a.deadline_ms
+                .cmp(&b.deadline_ms)
+                .then_with(|| a.candidate.cmp(&b.candidate))
+        });
+        report.due = due.len() as u64;
+
+        // (4) SWEEP_CONCURRENCY at a time, no new start after the budget
+        let concurrency = settings.sweep_concurrency.max(1);
+        let mut running: JoinSet<Done> = JoinSet::new();
+        let mut deferred = 0u64;
+        let mut records = due.into_iter();
+        while let Some(record) = records.next() {
+            if started_at.elapsed() >= settings.sweep_budget {
+                deferred = 1 + records.len() as u64;
+                break;
+            }
+            while running.len() >= concurrency {
+                if let Some(done) = running.join_next().await {
+                    tally(&mut report, done);
+                }
+            }
+            if started_at.elapsed() >= settings.sweep_budget {
+                deferred = 1 + records.len() as u64;
+                break;
+            }
+            report.started += 1;
+            let ports = self.ports.clone();
+            let config = Arc::clone(&self.config);
+            running.spawn(async move { handle(&ports, &config, record).await });
+        }
+        while let Some(done) = running.join_next().await {
+            tally(&mut report, done);
+        }
+        if deferred > 0 {
+            tracing::warn!(
+                deferred,
+                "sweep budget spent; the rest waits for the next sweep"
+            );
+        }
+        self.totals.deferred.fetch_add(deferred, Ordering::Relaxed);
+        self.add_totals(&report);
+        tracing::debug!(?report, "sweep done");
+        report
+    }
+
+    fn add_totals(&self, r: &SweepReport) {
+        let t = &self.totals;
+        for (a, v) in [
+            (&t.pending_undone, r.pending_undone),
+            (&t.started, r.started),
+            (&t.paid, r.paid),
+            (&t.released, r.released),
+            (&t.left, r.left),
+            (&t.query_failures, r.query_failures),
+            (&t.extended, r.extended),
+            (&t.alerts, r.alerts),
+            (&t.errors, r.errors),
+        ] {
+            a.fetch_add(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Sweeps every `sweep_interval` until `shutdown` says stop, then gives
+    /// the lock up. A sweep in progress is finished first (it is bounded by
+    /// the budget and the query timeout).
+    pub async fn run(&self, mut shutdown: Shutdown) {
+        let mut interval = tokio::time::interval(self.config.settings.sweep_interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !stopping(&shutdown) {
+            tokio::select! {
+                _ = stopped(&mut shutdown) => break,
+                _ = interval.tick() => {}
+            }
+            self.tick().await;
+        }
+        self.release_lock().await;
+        tracing::info!("reconciler stopped");
+    }
+}
+
+fn tally(report: &mut SweepReport, done: Result<Done, tokio::task::JoinError>) {
+    match done {
+        Ok(Done::Paid) => report.paid += 1,
+        Ok(Done::Released) => report.released += 1,
+        Ok(Done::Left) => report.left += 1,
+        Ok(Done::QueryFailure) => report.query_failures += 1,
+        Ok(Done::Extended) => {
+            report.query_failures += 1;
+            report.extended += 1;
+        }
+        Ok(Done::Alerted) => {
+            report.query_failures += 1;
+            report.alerts += 1;
+        }
+        Ok(Done::Error) => report.errors += 1,
+        Err(e) => {
+            tracing::error!(error = %e, "reconciler task failed");
+            report.errors += 1;
+        }
+    }
+}
+
+/// Queries the gateway for one record and carries out the decision.
+async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: BookingRecord) -> Done {
+    let within = config.query_timeout;
+    let query =
+        match tokio::time::timeout(within, ports.gateway.query(&record.payment_id, within)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(GatewayError::Timeout),
+        };
+    let now_ms = ports.clock.now_ms();
+    let action = decide(&record, &query, now_ms, &config.settings);
+    tracing::debug!(candidate = %record.candidate, payment = %record.payment_id, ?action, "reconcile");
+    let (candidate, payment) = (&record.candidate, &record.payment_id);
+    match action {
+        Action::Leave => Done::Left,
+        Action::MarkPaid { trx_id } => {
+            let request = PaidRequest {
+                candidate: candidate.clone(),
+                payment_id: payment.clone(),
+                trx_id: Some(trx_id),
+                path: ConfirmPath::Reconciler,
+                now_ms,
+            };
+            let confirm_ports = ConfirmPorts {
+                records: ports.records.as_ref(),
+                ledger: ports.ledger.as_ref(),
+                mailer: ports.mailer.as_ref(),
+                alerts: ports.alerts.as_ref(),
+            };
+            match confirm::mark_paid(confirm_ports, &request).await {
+                Ok(MarkPaidOutcome::Won { .. }) => Done::Paid,
+                Ok(_) => Done::Left,
+                Err(e) => {
+                    tracing::warn!(error = %e, "HELD→PAID failed; next sweep retries");
+                    Done::Error
+                }
+            }
+        }
+        Action::Release { reason } => {
+            match ports.ledger.release(&record.sale, candidate, payment).await {
+                Ok(Step::Done | Step::NoMatch) => {}
+                Ok(Step::Paid) => {
+                    // the ledger says paid while the record is HELD: do not
+                    // delete a booking that may be paid; a human looks
+                    raise(
+                        &*ports.alerts,
+                        "ledger_paid_record_held",
+                        format!("release of {payment} refused: the ledger has the candidate paid"),
+                        &record,
+                    )
+                    .await;
+                    return Done::Error;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "ledger release failed; next sweep retries");
+                    return Done::Error;
+                }
+            }
+            let held = Condition::StatusIsWithPayment(RecordStatus::Held, payment.clone());
+            match ports.records.delete(candidate, held).await {
+                Ok(_) => {
+                    tracing::info!(candidate = %candidate, payment = %payment, ?reason, "hold released");
+                    Done::Released
+                }
+                Err(RecordError::ConditionFailed { current }) => {
+                    tracing::warn!(candidate = %candidate, payment = %payment, ?current,
+                        "record changed under the release; not deleted");
+                    Done::Released
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "record delete failed; next sweep retries");
+                    Done::Error
+                }
+            }
+        }
+        Action::NoteFailure => {
+            note_failure(ports, &record, &query).await;
+            Done::QueryFailure
+        }
+        Action::Extend { deadline_ms } => {
+            match ports.records.extend(candidate, payment, deadline_ms).await {
+                Ok(extended) => {
+                    if let Err(e) = ports
+                        .ledger
+                        .extend(&record.sale, candidate, payment, deadline_ms)
+                        .await
+                    {
+                        tracing::warn!(error = %e, "ledger extend failed (informational)");
+                    }
+                    tracing::warn!(candidate = %candidate, payment = %payment, deadline_ms,
+                        extensions = extended.extensions, "gateway unanswered; hold extended");
+                    Done::Extended
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "extend failed; next sweep retries");
+                    Done::Error
+                }
+            }
+        }
+        Action::Alert => {
+            note_failure(ports, &record, &query).await;
+            raise(
+                &*ports.alerts,
+                "extensions_exhausted",
+                format!(
+                    "no gateway answer for {payment} after {} extensions; the seat stays held",
+                    record.extensions
+                ),
+                &record,
+            )
+            .await;
+            Done::Alerted
+        }
+    }
+}
+
+async fn note_failure(
+    ports: &ReconcilerPorts,
+    record: &BookingRecord,
+    query: &Result<PaymentStatus, GatewayError>,
+) {
+    tracing::warn!(candidate = %record.candidate, payment = %record.payment_id, ?query,
+        failures = record.query_failures + 1, "gateway query gave no usable answer");
+    if let Err(e) = ports
+        .records
+        .note_query_failure(&record.candidate, &record.payment_id)
+        .await
+    {
+        tracing::warn!(error = %e, "could not count the query failure");
+    }
+}
+
+async fn raise(alerts: &dyn Alerts, kind: &str, detail: String, record: &BookingRecord) {
+    tracing::error!(kind, detail = %detail, "alert");
+    let alert = Alert {
+        kind: kind.into(),
+        detail,
+        candidate: Some(record.candidate.clone()),
+        payment_id: Some(record.payment_id.clone()),
+    };
+    if let Err(e) = alerts.raise(alert).await {
+        tracing::error!(error = %e, "alert could not be raised");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use booking::{CandidateHash, Level, PaymentId};
+
+    const DEADLINE: u64 = 1_000_000;
+
+    fn record(failures: u32, extensions: u32) -> BookingRecord {
+        BookingRecord {
+            query_failures: failures,
+            extensions,
+            ..BookingRecord::held(
+                CandidateHash::of("c"),
+                SaleId::parse("s").unwrap(),
+                Level::parse("a").unwrap(),
+                PaymentId::parse("P1").unwrap(),
+                1,
+                DEADLINE,
+            )
+        }
+    }
+
+    fn answer(state: GatewayPaymentState) -> Result<PaymentStatus, GatewayError> {
+        Ok(PaymentStatus {
+            payment_id: PaymentId::parse("P1").unwrap(),
+            state,
+            amount: None,
+            invoice: None,
+        })
+    }
+
+    #[test]
+    fn decide_covers_every_gateway_state_before_and_after_the_deadline() {
+        let s = Settings::default();
+        let r = record(0, 0);
+        use GatewayPaymentState as G;
+        let release = |reason| Action::Release { reason };
+        for now in [DEADLINE - 1, DEADLINE, DEADLINE + 1] {
+            let past = now >= DEADLINE;
+            assert_eq!(
+                decide(&r, &answer(G::Completed { trx_id: "T".into() }), now, &s),
+                Action::MarkPaid { trx_id: "T".into() }
+            );
+            assert_eq!(
+                decide(&r, &answer(G::Cancelled), now, &s),
+                release(ReleaseReason::Cancelled)
+            );
+            assert_eq!(
+                decide(&r, &answer(G::Failed), now, &s),
+                release(ReleaseReason::Failed)
+            );
+            for pending in [G::Initiated, G::Authorized] {
+                let expect = if past {
+                    release(ReleaseReason::Expired)
+                } else {
+                    Action::Leave
+                };
+                assert_eq!(decide(&r, &answer(pending), now, &s), expect, "now {now}");
+            }
+            // uncertainty is never a release, before or after the deadline
+            assert_eq!(
+                decide(&r, &answer(G::Unknown("?".into())), now, &s),
+                Action::NoteFailure
+            );
+            assert_eq!(
+                decide(&r, &Err(GatewayError::Timeout), now, &s),
+                Action::NoteFailure
+            );
+        }
+        let other = Ok(PaymentStatus {
+            payment_id: PaymentId::parse("P2").unwrap(),
+            state: G::Cancelled,
+            amount: None,
+            invoice: None,
+        });
+        assert_eq!(
+            decide(&r, &other, DEADLINE + 1, &s),
+            Action::NoteFailure,
+            "another payment's answer"
+        );
+    }
+
+    #[test]
+    fn failures_extend_three_times_then_alert_once_and_never_release() {
+        let s = Settings::default();
+        let hold = s.hold.as_millis() as u64;
+        let err = Err(GatewayError::Unavailable("down".into()));
+        let late = DEADLINE + 10 * hold;
+        assert_eq!(decide(&record(0, 0), &err, late, &s), Action::NoteFailure);
+        assert_eq!(decide(&record(1, 0), &err, late, &s), Action::NoteFailure);
+        for ext in 0..3 {
+            assert_eq!(
+                decide(&record(2, ext), &err, late, &s),
+                Action::Extend {
+                    deadline_ms: DEADLINE + hold
+                }
+            );
+        }
+        assert_eq!(decide(&record(2, 3), &err, late, &s), Action::Alert);
+        for failures in 3..10 {
+            assert_eq!(
+                decide(&record(failures, 3), &err, late, &s),
+                Action::NoteFailure
+            );
+        }
+        // an answer after all that still decides
+        assert_eq!(
+            decide(
+                &record(7, 3),
+                &answer(GatewayPaymentState::Cancelled),
+                late,
+                &s
+            ),
+            Action::Release {
+                reason: ReleaseReason::Cancelled
+            }
+        );
+        for f in 0..10 {
+            for e in 0..5 {
+                assert!(!matches!(
+                    decide(&record(f, e), &err, late, &s),
+                    Action::Release { .. }
+                ));
+            }
+        }
+    }
+}

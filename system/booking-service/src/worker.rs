@@ -1,0 +1,633 @@
+//! The worker: SQS FIFO → the record store.
+//!
+//! Each message carries one HELD booking (an [`AdmissionMessage`], or a whole
+//! [`BookingRecord`] as JSON). The worker writes it with a conditional put
+//! (only if no record exists). When the condition fails it never guesses: it
+//! reads the record consistently and acts on `classify_conflict`'s verdict
+//! ([`next_step`]): PAID → skip; HELD with the same payment → duplicate; HELD
+//! with an older admission's payment → replace it conditioned on that old
+//! payment; HELD with a newer admission's payment → this is a redelivered old
+//! message, delete it; no record any more → released in between (delete) or
+//! put again; read failed or same-millisecond ambiguity → leave it
+//! unacknowledged. A message left five times ends in the dead-letter queue,
+//! whose single message raises an alert ([`Worker::check_dead_letters`]).
+//!
+//! The worker never touches a seat counter. It *reads* the ledger in one case
+//! only: a redelivered message (`receive_count > 1`) whose record is absent
+//! could be a booking released after its first delivery was written; writing
+//! it again would resurrect it. So before writing a redelivery the worker asks
+//! the ledger whether this payment's hold is still live ([`hold_is_live`]).
+//! A first delivery cannot follow its own release: a release needs the record
+//! that this delivery writes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use booking::ids::deduplication_id;
+use booking::ledger::{Hold, HoldState, Ledger};
+use booking::notify::{Alert, Alerts};
+use booking::queue::{Message, Queue, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX, Received};
+use booking::records::{
+    BookingRecord, Condition, RecordError, RecordStatus, RecordStore, WorkerVerdict,
+    classify_conflict,
+};
+use booking::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
+use serde::{Deserialize, Serialize};
+
+use crate::{Shutdown, stopped, stopping};
+
+/// The message the API enqueues for one admission: everything the worker
+/// needs to write the HELD record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionMessage {
+    /// The candidate.
+    pub candidate: CandidateHash,
+    /// The sale.
+    pub sale: SaleId,
+    /// The level the seat is counted in.
+    pub level: Level,
+    /// The gateway payment.
+    pub payment_id: PaymentId,
+    /// The admission's request token, if the sender knows it (lets the worker
+    /// tell this admission's pending hold from a newer one's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<RequestToken>,
+    /// When the request was admitted, ms since the epoch: the record's
+    /// `created_ms`, and half of the deduplication ID.
+    pub request_ms: u64,
+    /// The hold deadline, ms since the epoch.
+    pub deadline_ms: u64,
+}
+
+impl AdmissionMessage {
+    /// The HELD record this admission becomes.
+    pub fn record(&self) -> BookingRecord {
+        BookingRecord::held(
+            self.candidate.clone(),
+            self.sale.clone(),
+            self.level.clone(),
+            self.payment_id.clone(),
+            self.request_ms,
+            self.deadline_ms,
+        )
+    }
+
+    /// The queue message: JSON body, group = the candidate hash's first 4 hex
+    /// digits, deduplication ID = candidate hash + request timestamp.
+    pub fn to_message(&self) -> Result<Message, serde_json::Error> {
+        Ok(Message {
+            body: serde_json::to_string(self)?,
+            group_id: self.candidate.message_group().to_owned(),
+            deduplication_id: deduplication_id(&self.candidate, self.request_ms),
+        })
+    }
+}
+
+/// A parsed message body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    /// The HELD record to write.
+    pub record: BookingRecord,
+    /// The admission token, if the message carried one.
+    pub token: Option<RequestToken>,
+}
+
+/// Parses a body: an [`AdmissionMessage`] or a HELD [`BookingRecord`]. Anything
+/// else is poison (it goes to the dead-letter queue).
+pub fn parse_body(body: &str) -> Result<Parsed, String> {
+    let parsed = match serde_json::from_str::<AdmissionMessage>(body) {
+        Ok(m) => Parsed {
+            record: m.record(),
+            token: m.token,
+        },
+        Err(admission_err) => match serde_json::from_str::<BookingRecord>(body) {
+            Ok(record) => Parsed {
+                record,
+                token: None,
+            },
+            Err(record_err) => {
+                return Err(format!(
+                    "neither an admission ({admission_err}) nor a record ({record_err})"
+                ));
+            }
+        },
+    };
+    if parsed.record.status != RecordStatus::Held {
+        return Err("the worker only writes HELD records".into());
+    }
+    parsed.record.check()?;
+    Ok(parsed)
+}
+
+/// Whether the ledger still holds this booking's seat (or has it paid), so
+/// writing its record cannot resurrect a released booking (pure).
+pub fn hold_is_live(
+    record: &BookingRecord,
+    token: Option<&RequestToken>,
+    hold: Option<&Hold>,
+    paid: Option<&PaymentId>,
+) -> bool {
+    if paid == Some(&record.payment_id) {
+        return true;
+    }
+    match hold {
+        Some(Hold {
+            state: HoldState::Held { payment_id, .. },
+            ..
+        }) => *payment_id == record.payment_id,
+        // not attached yet: live if it is this admission's (or we cannot tell)
+        Some(
+            h @ Hold {
+                state: HoldState::Pending { .. },
+                ..
+            },
+        ) => token.is_none_or(|t| *t == h.token),
+        None => false,
+    }
+}
+
+/// How one message ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written (no record was there).
+    Stored,
+    /// Replaced a stale record of an older, released admission.
+    Replaced,
+    /// The same booking was there already.
+    Duplicate,
+    /// The record is PAID (the callback got there first).
+    PaidAlready,
+    /// A redelivered old message; a newer booking is there. Not written.
+    Stale,
+    /// The booking was released; writing would resurrect it. Not written.
+    Released,
+    /// Two payments admitted in the same millisecond: left for a human (it
+    /// ends in the dead-letter queue).
+    Ambiguous,
+    /// A read or write failed: left unacknowledged, delivered again later.
+    LeftForRetry(String),
+    /// Unreadable or invalid: sent on to the dead-letter queue.
+    Poison(String),
+}
+
+impl Outcome {
+    /// Whether the message is done with and deleted.
+    pub fn deletes_message(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Stored
+                | Outcome::Replaced
+                | Outcome::Duplicate
+                | Outcome::PaidAlready
+                | Outcome::Stale
+                | Outcome::Released
+        )
+    }
+}
+
+/// What to do after a conflict's verdict (pure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConflictStep {
+    /// Done: this outcome.
+    Finish(Outcome),
+    /// Replace the record under this condition.
+    Replace(Condition),
+    /// Put again, only if no record exists.
+    PutAgain,
+}
+
+/// The worker's step for a verdict.
+pub fn next_step(verdict: &WorkerVerdict) -> ConflictStep {
+    match verdict {
+        WorkerVerdict::Skip => ConflictStep::Finish(Outcome::PaidAlready),
+        WorkerVerdict::Duplicate => ConflictStep::Finish(Outcome::Duplicate),
+        WorkerVerdict::Stale => ConflictStep::Finish(Outcome::Stale),
+        WorkerVerdict::Released => ConflictStep::Finish(Outcome::Released),
+        WorkerVerdict::Ambiguous => ConflictStep::Finish(Outcome::Ambiguous),
+        WorkerVerdict::LeaveUnacked => {
+            ConflictStep::Finish(Outcome::LeftForRetry("consistent read failed".into()))
+        }
+        WorkerVerdict::ReplaceStale { condition } => ConflictStep::Replace(condition.clone()),
+        WorkerVerdict::PutAgain => ConflictStep::PutAgain,
+    }
+}
+
+/// How the worker polls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Messages per receive (1..=10).
+    pub batch: usize,
+    /// Long-poll wait (at most 20 s).
+    pub wait: Duration,
+    /// Write/read rounds per message before leaving it for a retry.
+    pub conflict_rounds: u32,
+    /// Pause after a failed receive.
+    pub receive_backoff: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> WorkerConfig {
+        WorkerConfig {
+            batch: RECEIVE_BATCH_MAX,
+            wait: RECEIVE_WAIT_MAX,
+            conflict_rounds: 3,
+            receive_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The worker's counters.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Messages received.
+    pub received: AtomicU64,
+    /// Records written.
+    pub stored: AtomicU64,
+    /// Stale records replaced.
+    pub replaced: AtomicU64,
+    /// Duplicate deliveries.
+    pub duplicates: AtomicU64,
+    /// Messages whose record was PAID.
+    pub paid_already: AtomicU64,
+    /// Redelivered old messages not written.
+    pub stale: AtomicU64,
+    /// Released bookings not resurrected.
+    pub released: AtomicU64,
+    /// Messages left unacknowledged (retry or ambiguity).
+    pub left: AtomicU64,
+    /// Poison messages.
+    pub poison: AtomicU64,
+    /// Messages deleted.
+    pub deleted: AtomicU64,
+    /// Deletes or visibility changes that failed.
+    pub queue_errors: AtomicU64,
+    /// Receives that failed.
+    pub receive_failures: AtomicU64,
+    /// Dead letters seen (and alerted).
+    pub dead_letters: AtomicU64,
+}
+
+/// A snapshot of [`WorkerStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct WorkerCounts {
+    pub received: u64,
+    pub stored: u64,
+    pub replaced: u64,
+    pub duplicates: u64,
+    pub paid_already: u64,
+    pub stale: u64,
+    pub released: u64,
+    pub left: u64,
+    pub poison: u64,
+    pub deleted: u64,
+    pub queue_errors: u64,
+    pub receive_failures: u64,
+    pub dead_letters: u64,
+}
+
+impl WorkerStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> WorkerCounts {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WorkerCounts {
+            received: g(&self.received),
+            stored: g(&self.stored),
+            replaced: g(&self.replaced),
+            duplicates: g(&self.duplicates),
+            paid_already: g(&self.paid_already),
+            stale: g(&self.stale),
+            released: g(&self.released),
+            left: g(&self.left),
+            poison: g(&self.poison),
+            deleted: g(&self.deleted),
+            queue_errors: g(&self.queue_errors),
+            receive_failures: g(&self.receive_failures),
+            dead_letters: g(&self.dead_letters),
+        }
+    }
+
+    fn count(&self, outcome: &Outcome) {
+        let counter = match outcome {
+            Outcome::Stored => &self.stored,
+            Outcome::Replaced => &self.replaced,
+            Outcome::Duplicate => &self.duplicates,
+            Outcome::PaidAlready => &self.paid_already,
+            Outcome::Stale => &self.stale,
+            Outcome::Released => &self.released,
+            Outcome::Ambiguous | Outcome::LeftForRetry(_) => &self.left,
+            Outcome::Poison(_) => &self.poison,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The worker.
+#[derive(Debug)]
+pub struct Worker {
+    queue: Arc<dyn Queue>,
+    records: Arc<dyn RecordStore>,
+    ledger: Arc<dyn Ledger>,
+    alerts: Arc<dyn Alerts>,
+    config: WorkerConfig,
+    stats: WorkerStats,
+}
+
+impl Worker {
+    /// A worker over these ports.
+    pub fn new(
+        queue: Arc<dyn Queue>,
+        records: Arc<dyn RecordStore>,
+        ledger: Arc<dyn Ledger>,
+        alerts: Arc<dyn Alerts>,
+        config: WorkerConfig,
+    ) -> Worker {
+        Worker {
+            queue,
+            records,
+            ledger,
+            alerts,
+            config,
+            stats: WorkerStats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> WorkerCounts {
+        self.stats.snapshot()
+    }
+
+    /// Handles one received message (without deleting it): the decision and
+    /// its writes.
+    pub async fn handle(&self, received: &Received) -> Outcome {
+        let parsed = match parse_body(&received.message.body) {
+            Ok(p) => p,
+            Err(why) => return Outcome::Poison(why),
+        };
+        let record = parsed.record;
+        if received.receive_count > 1 {
+            let hold = self.ledger.hold(&record.sale, &record.candidate).await;
+            let paid = self.ledger.paid(&record.sale, &record.candidate).await;
+            match (hold, paid) {
+                (Ok(hold), Ok(paid)) => {
+                    if !hold_is_live(&record, parsed.token.as_ref(), hold.as_ref(), paid.as_ref()) {
+                        return Outcome::Released;
+                    }
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    return Outcome::LeftForRetry(format!("ledger read failed: {e}"));
+                }
+            }
+        }
+        let mut result = self.records.put(record.clone(), Condition::NotExists).await;
+        let mut replacing = false;
+        for _ in 0..self.config.conflict_rounds.max(1) {
+            let blocked = match result {
+                Ok(()) if replacing => return Outcome::Replaced,
+                Ok(()) => return Outcome::Stored,
+                Err(RecordError::ConditionFailed { current }) => current.map(|b| *b),
+                Err(RecordError::Invalid(why)) => return Outcome::Poison(why),
+                Err(e) => return Outcome::LeftForRetry(format!("write failed: {e}")),
+            };
+            let read = self.records.get(&record.candidate, true).await;
+            let verdict = classify_conflict(&record, blocked.as_ref(), &read);
+            tracing::debug!(candidate = %record.candidate, payment = %record.payment_id, ?verdict, "put conflict");
+            match next_step(&verdict) {
+                ConflictStep::Finish(outcome) => return outcome,
+                ConflictStep::Replace(condition) => {
+                    replacing = true;
+                    result = self.records.replace(record.clone(), condition).await;
+                }
+                ConflictStep::PutAgain => {
+                    replacing = false;
+                    result = self.records.put(record.clone(), Condition::NotExists).await;
+                }
+            }
+        }
+        match result {
+            Ok(()) if replacing => Outcome::Replaced,
+            Ok(()) => Outcome::Stored,
+            Err(_) => Outcome::LeftForRetry("conflict did not settle".into()),
+        }
+    }
+
+    /// Handles a message and deletes it, leaves it, or sends it on to the
+    /// dead-letter queue (visibility 0, so its receives run out at once).
+    pub async fn process(&self, received: &Received) -> Outcome {
+        bump(&self.stats.received);
+        let outcome = self.handle(received).await;
+        self.stats.count(&outcome);
+        if outcome.deletes_message() {
+            match self.queue.delete(&received.receipt).await {
+                Ok(()) => bump(&self.stats.deleted),
+                Err(e) => {
+                    // delivered again later; handling is idempotent
+                    bump(&self.stats.queue_errors);
+                    tracing::warn!(error = %e, "message handled but not deleted");
+                }
+            }
+        } else if let Outcome::Poison(why) = &outcome {
+            tracing::error!(why = %why, receive_count = received.receive_count, "poison message");
+            if let Err(e) = self
+                .queue
+                .change_visibility(&received.receipt, Duration::ZERO)
+                .await
+            {
+                bump(&self.stats.queue_errors);
+                tracing::warn!(error = %e, "could not return a poison message");
+            }
+        } else {
+            tracing::warn!(
+                ?outcome,
+                receive_count = received.receive_count,
+                "message left unacknowledged"
+            );
+        }
+        outcome
+    }
+
+    /// One receive (waiting up to `wait`) and its messages, in order.
+    pub async fn poll_once(&self, wait: Duration) -> Result<Vec<Outcome>, booking::QueueError> {
+        let batch = self
+            .queue
+            .receive(self.config.batch.clamp(1, RECEIVE_BATCH_MAX), wait)
+            .await
+            .inspect_err(|_| bump(&self.stats.receive_failures))?;
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for received in &batch {
+            outcomes.push(self.process(received).await);
+        }
+        Ok(outcomes)
+    }
+
+    /// Alerts once for each dead letter not alerted yet. Returns how many new.
+    pub async fn check_dead_letters(&self) -> Result<u64, booking::QueueError> {
+        let dead = self.queue.dead_letters().await?.len() as u64;
+        let seen = self.stats.dead_letters.load(Ordering::Relaxed);
+        if dead <= seen {
+            return Ok(0);
+        }
+        self.stats.dead_letters.store(dead, Ordering::Relaxed);
+        let alert = Alert {
+            kind: "dead_letter".into(),
+            detail: format!(
+                "{} new message(s) in the dead-letter queue ({dead} in all)",
+                dead - seen
+            ),
+            candidate: None,
+            payment_id: None,
+        };
+        if let Err(e) = self.alerts.raise(alert).await {
+            tracing::error!(error = %e, "dead-letter alert could not be raised");
+        }
+        Ok(dead - seen)
+    }
+
+    /// Polls until `shutdown` says stop. A receive in progress is abandoned on
+    /// shutdown; a batch being handled is finished first.
+    pub async fn run(&self, mut shutdown: Shutdown) {
+        let wait = self.config.wait.min(RECEIVE_WAIT_MAX);
+        while !stopping(&shutdown) {
+            let received = tokio::select! {
+                _ = stopped(&mut shutdown) => break,
+                r = self.queue.receive(self.config.batch.clamp(1, RECEIVE_BATCH_MAX), wait) => r,
+            };
+            match received {
+                Ok(batch) => {
+                    for received in &batch {
+                        self.process(received).await;
+                    }
+                }
+                Err(e) => {
+                    bump(&self.stats.receive_failures);
+                    tracing::warn!(error = %e, "receive failed");
+                    tokio::select! {
+                        _ = stopped(&mut shutdown) => break,
+                        _ = tokio::time::sleep(self.config.receive_backoff) => {}
+                    }
+                }
+            }
+            if let Err(e) = self.check_dead_letters().await {
+                tracing::warn!(error = %e, "dead-letter check failed");
+            }
+        }
+        tracing::info!("worker stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn admission(payment: &str, request_ms: u64) -> AdmissionMessage {
+        AdmissionMessage {
+            candidate: CandidateHash::of("c"),
+            sale: SaleId::parse("s").unwrap(),
+            level: Level::parse("a").unwrap(),
+            payment_id: PaymentId::parse(payment).unwrap(),
+            token: Some(RequestToken::parse("t1").unwrap()),
+            request_ms,
+            deadline_ms: request_ms + 600_000,
+        }
+    }
+
+    #[test]
+    fn admission_messages_round_trip_with_the_designs_ids() {
+        let a = admission("P1", 1_700_000_000_000);
+        let m = a.to_message().unwrap();
+        m.check().unwrap();
+        assert_eq!(m.group_id, a.candidate.message_group());
+        assert_eq!(m.deduplication_id, format!("{}-1700000000000", a.candidate));
+        let parsed = parse_body(&m.body).unwrap();
+        assert_eq!(parsed.record, a.record());
+        assert_eq!(parsed.token, a.token);
+        let record_body = serde_json::to_string(&a.record()).unwrap();
+        assert_eq!(parse_body(&record_body).unwrap().record, a.record());
+        let paid = serde_json::to_string(&a.record().into_paid(booking::ConfirmPath::Callback, 5))
+            .unwrap();
+        assert!(parse_body(&paid).is_err());
+        assert!(parse_body("{}").is_err());
+        assert!(parse_body("not json").is_err());
+    }
+
+    #[test]
+    fn every_verdict_has_a_step() {
+        use WorkerVerdict as V;
+        assert_eq!(
+            next_step(&V::Skip),
+            ConflictStep::Finish(Outcome::PaidAlready)
+        );
+        assert_eq!(
+            next_step(&V::Duplicate),
+            ConflictStep::Finish(Outcome::Duplicate)
+        );
+        assert_eq!(next_step(&V::Stale), ConflictStep::Finish(Outcome::Stale));
+        assert_eq!(
+            next_step(&V::Released),
+            ConflictStep::Finish(Outcome::Released)
+        );
+        assert_eq!(
+            next_step(&V::Ambiguous),
+            ConflictStep::Finish(Outcome::Ambiguous)
+        );
+        assert!(matches!(
+            next_step(&V::LeaveUnacked),
+            ConflictStep::Finish(Outcome::LeftForRetry(_))
+        ));
+        assert_eq!(next_step(&V::PutAgain), ConflictStep::PutAgain);
+        let c = Condition::PaymentIs(PaymentId::parse("P").unwrap());
+        assert_eq!(
+            next_step(&V::ReplaceStale {
+                condition: c.clone()
+            }),
+            ConflictStep::Replace(c)
+        );
+        for v in [V::Skip, V::Duplicate, V::Stale, V::Released] {
+            let ConflictStep::Finish(o) = next_step(&v) else {
+                panic!()
+            };
+            assert_eq!(o.deletes_message(), v.deletes_message());
+        }
+    }
+
+    #[test]
+    fn liveness_follows_the_ledger() {
+        let a = admission("P1", 1_000);
+        let r = a.record();
+        let p1 = PaymentId::parse("P1").unwrap();
+        let p2 = PaymentId::parse("P2").unwrap();
+        let t1 = RequestToken::parse("t1").unwrap();
+        let t2 = RequestToken::parse("t2").unwrap();
+        let held = |p: &PaymentId| Hold {
+            level: r.level.clone(),
+            token: t1.clone(),
+            state: HoldState::Held {
+                payment_id: p.clone(),
+                deadline_ms: 5,
+            },
+        };
+        let pending = |t: &RequestToken| Hold {
+            level: r.level.clone(),
+            token: t.clone(),
+            state: HoldState::Pending { admitted_ms: 1 },
+        };
+        assert!(hold_is_live(&r, None, Some(&held(&p1)), None));
+        assert!(!hold_is_live(&r, None, Some(&held(&p2)), None));
+        assert!(!hold_is_live(&r, None, None, None), "released");
+        assert!(hold_is_live(&r, None, None, Some(&p1)), "paid");
+        assert!(!hold_is_live(&r, None, None, Some(&p2)));
+        assert!(hold_is_live(&r, Some(&t1), Some(&pending(&t1)), None));
+        assert!(!hold_is_live(&r, Some(&t1), Some(&pending(&t2)), None));
+        assert!(
+            hold_is_live(&r, None, Some(&pending(&t2)), None),
+            "cannot tell"
+        );
+    }
+}

@@ -1,0 +1,141 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use booking::Ledger;
+use booking::records::{Condition, ConfirmPath, RecordStatus, RecordStore};
+use booking_service::confirm::{EmailOutcome, LedgerMark, MarkPaidOutcome, PaidRequest, mark_paid};
+use common::{Stack, cand, pay};
+
+fn request(s: &Stack, who: &str, p: &str, path: ConfirmPath) -> PaidRequest {
+    PaidRequest {
+        candidate: cand(who),
+        payment_id: pay(p),
+        trx_id: Some("TRX".into()),
+        path,
+        now_ms: s.now(),
+    }
+}
+
+#[tokio::test]
+async fn one_path_wins_and_only_it_sends_the_email() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), Condition::NotExists)
+        .await
+        .unwrap();
+    let won = mark_paid(
+        s.confirm_ports(),
+        &request(&s, "x", "P1", ConfirmPath::Callback),
+    )
+    .await
+    .unwrap();
+    match &won {
+        MarkPaidOutcome::Won {
+            record,
+            ledger,
+            email,
+        } => {
+            assert_eq!(record.status, RecordStatus::Paid);
+            assert_eq!(record.expires_at_s, None);
+            assert_eq!(*ledger, LedgerMark::Done);
+            assert_eq!(*email, EmailOutcome::Sent);
+        }
+        other => panic!("{other:?}"),
+    }
+    for path in [
+        ConfirmPath::Webhook,
+        ConfirmPath::Reconciler,
+        ConfirmPath::Callback,
+    ] {
+        let again = mark_paid(s.confirm_ports(), &request(&s, "x", "P1", path))
+            .await
+            .unwrap();
+        assert!(matches!(
+            again,
+            MarkPaidOutcome::AlreadyPaid {
+                ledger: LedgerMark::AlreadyPaid,
+                ..
+            }
+        ));
+        assert_eq!(again.winner(), Some(ConfirmPath::Callback));
+    }
+    assert_eq!(s.mailer.0.lock().len(), 1);
+    assert!(
+        s.records
+            .get(&cand("x"), true)
+            .await
+            .unwrap()
+            .unwrap()
+            .email_sent
+    );
+    assert_eq!(
+        s.ledger.paid(&s.sale, &cand("x")).await.unwrap(),
+        Some(pay("P1"))
+    );
+}
+
+#[tokio::test]
+async fn another_payment_or_no_record_changes_nothing() {
+    let s = Stack::new(1, &["x"]).await;
+    let out = mark_paid(
+        s.confirm_ports(),
+        &request(&s, "x", "P1", ConfirmPath::Webhook),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, MarkPaidOutcome::NotHeld { current: None });
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), Condition::NotExists)
+        .await
+        .unwrap();
+    let out = mark_paid(
+        s.confirm_ports(),
+        &request(&s, "x", "P9", ConfirmPath::Webhook),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(out, MarkPaidOutcome::NotHeld { current: Some(_) }));
+    assert!(s.mailer.0.lock().is_empty());
+    assert_eq!(
+        s.records
+            .get(&cand("x"), true)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        RecordStatus::Held
+    );
+}
+
+#[tokio::test]
+async fn a_payment_for_a_released_seat_is_paid_and_alerted() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), Condition::NotExists)
+        .await
+        .unwrap();
+    // the reconciler released the ledger and has not deleted the record yet
+    s.ledger
+        .release(&s.sale, &cand("x"), &pay("P1"))
+        .await
+        .unwrap();
+    let out = mark_paid(
+        s.confirm_ports(),
+        &request(&s, "x", "P1", ConfirmPath::Callback),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        out,
+        MarkPaidOutcome::Won {
+            ledger: LedgerMark::NoMatch,
+            email: EmailOutcome::Sent,
+            ..
+        }
+    ));
+    assert_eq!(s.alerts.kinds(), vec!["paid_after_release".to_string()]);
+}

@@ -1,0 +1,249 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use booking::records::{RecordStatus, RecordStore};
+use booking::{GatewayPaymentState, Ledger, RequestToken};
+use common::{Script, Stack, cand, pay};
+
+fn minutes(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_hold_is_released_and_the_seat_can_be_admitted_again() {
+    let s = Stack::new(1, &["x", "y"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), booking::Condition::NotExists)
+        .await
+        .unwrap();
+    let r = s.reconciler("a");
+    // pending before the deadline (even inside the window): left alone
+    s.clock.advance(minutes(5));
+    let report = r.tick().await;
+    assert_eq!((report.due, report.left, report.released), (1, 1, 0));
+    s.clock.advance(minutes(5));
+    let report = r.tick().await;
+    assert_eq!(report.released, 1, "{report:?}");
+    assert_eq!(s.count().await, 0);
+    assert!(s.records.get(&cand("x"), true).await.unwrap().is_none());
+    let again = s
+        .ledger
+        .admit(
+            &s.sale,
+            &cand("y"),
+            &s.level,
+            &RequestToken::parse("t2").unwrap(),
+            s.now(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(again, booking::Admission::Admitted { count: 1 }));
+    assert_eq!(r.stats().released, 1);
+    assert!(s.mailer.0.lock().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_payment_is_released_before_its_deadline() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), booking::Condition::NotExists)
+        .await
+        .unwrap();
+    s.gateway
+        .set(&pay("P1"), Script::State(GatewayPaymentState::Cancelled));
+    s.clock.advance(minutes(5));
+    assert_eq!(s.reconciler("a").tick().await.released, 1);
+    assert_eq!(s.count().await, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completed_payment_becomes_paid_with_one_email() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), booking::Condition::NotExists)
+        .await
+        .unwrap();
+    s.gateway.set(
+        &pay("P1"),
+        Script::State(GatewayPaymentState::Completed {
+            trx_id: "TRX1".into(),
+        }),
+    );
+    s.clock.advance(minutes(11)); // even after the deadline: completed wins
+    let r = s.reconciler("a");
+    assert_eq!(r.tick().await.paid, 1);
+    let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+    assert_eq!(rec.status, RecordStatus::Paid);
+    assert_eq!(rec.expires_at_s, None);
+    assert!(rec.email_sent);
+    assert_eq!(
+        s.ledger.paid(&s.sale, &cand("x")).await.unwrap(),
+        Some(pay("P1"))
+    );
+    assert_eq!(s.count().await, 1, "a paid seat stays counted");
+    let r2 = r.tick().await;
+    assert_eq!((r2.due, r2.paid), (0, 0), "PAID records are not due");
+    let mails = s.mailer.0.lock().clone();
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].trx_id.as_deref(), Some("TRX1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn unanswered_queries_extend_three_times_then_alert_and_never_release() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), booking::Condition::NotExists)
+        .await
+        .unwrap();
+    s.gateway.set(&pay("P1"), Script::Fail);
+    let r = s.reconciler("a");
+    s.clock.advance(minutes(11));
+    let mut extended = 0;
+    for _ in 0..200 {
+        let report = r.tick().await;
+        extended += report.extended;
+        s.clock.advance(Duration::from_secs(20));
+    }
+    assert_eq!(extended, 3);
+    let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+    assert_eq!(
+        rec.status,
+        RecordStatus::Held,
+        "never released on uncertainty"
+    );
+    assert_eq!(rec.extensions, 3);
+    assert_eq!(rec.deadline_ms, m.deadline_ms + 3 * 600_000);
+    assert_eq!(
+        s.alerts.kinds(),
+        vec!["extensions_exhausted".to_string()],
+        "alerted once"
+    );
+    assert_eq!(s.count().await, 1);
+    assert_eq!(r.stats().released, 0);
+    match s
+        .ledger
+        .hold(&s.sale, &cand("x"))
+        .await
+        .unwrap()
+        .unwrap()
+        .state
+    {
+        booking::HoldState::Held { deadline_ms, .. } => {
+            assert_eq!(
+                deadline_ms,
+                m.deadline_ms + 3 * 600_000,
+                "ledger extended too"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // once the gateway answers again, the decision is made
+    s.gateway
+        .set(&pay("P1"), Script::State(GatewayPaymentState::Failed));
+    assert_eq!(r.tick().await.released, 1);
+    assert_eq!(s.count().await, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_lock_holder_sweeps() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), booking::Condition::NotExists)
+        .await
+        .unwrap();
+    s.clock.advance(minutes(5));
+    let (a, b) = (s.reconciler("a"), s.reconciler("b"));
+    assert!(a.tick().await.leader);
+    let rb = b.tick().await;
+    assert!(!rb.leader);
+    assert_eq!(rb.due, 0);
+    assert!(a.tick().await.leader, "renewed");
+    assert_eq!(s.gateway.queried.lock().len(), 2, "only a queried");
+    // a dies: its lock runs out after twice the interval, then b takes over
+    s.clock.advance(Duration::from_secs(41));
+    assert!(b.tick().await.leader);
+    assert!(!a.tick().await.leader);
+    assert_eq!((a.stats().not_leader, b.stats().not_leader), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_most_overdue_go_first_eight_at_a_time_within_the_budget() {
+    let names: Vec<String> = (0..100).map(|i| format!("c{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let s = Stack::new(100, &refs).await;
+    // one booking a second, so deadlines are spread; shuffled write order
+    let mut msgs = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        msgs.push(s.book(n, &format!("t{i}"), &format!("P{i}")).await);
+        s.clock.advance(Duration::from_secs(1));
+    }
+    for m in msgs.iter().rev() {
+        s.records
+            .put(m.record(), booking::Condition::NotExists)
+            .await
+            .unwrap();
+    }
+    *s.gateway.delay.lock() = Duration::from_secs(7);
+    s.clock.advance(minutes(15));
+    let r = s.reconciler("a");
+    let report = r.tick().await;
+    assert_eq!(report.due, 100);
+    // starts at 0, 7, 14, 21, 28, 35, 42 s (8 each); at 49 s the 45 s budget is spent
+    assert_eq!(report.started, 56, "{report:?}");
+    assert_eq!(report.released, 56);
+    assert_eq!(r.stats().deferred, 44);
+    assert_eq!(s.gateway.max_in_flight.load(Ordering::SeqCst), 8);
+    let queried = s.gateway.queried.lock().clone();
+    let expected: Vec<_> = (0..56).map(|i| pay(&format!("P{i}"))).collect();
+    assert_eq!(queried, expected, "most overdue first");
+    assert_eq!(s.count().await, 44);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_pending_admissions_are_undone() {
+    let s = Stack::new(2, &["x", "y"]).await;
+    let t = RequestToken::parse("dead").unwrap();
+    s.ledger
+        .admit(&s.sale, &cand("x"), &s.level, &t, s.now())
+        .await
+        .unwrap();
+    s.clock.advance(Duration::from_secs(30));
+    let t2 = RequestToken::parse("young").unwrap();
+    s.ledger
+        .admit(&s.sale, &cand("y"), &s.level, &t2, s.now())
+        .await
+        .unwrap();
+    s.clock.advance(Duration::from_secs(31));
+    let report = s.reconciler("a").tick().await;
+    assert_eq!(report.pending_undone, 1);
+    assert_eq!(s.count().await, 1);
+    assert!(s.ledger.hold(&s.sale, &cand("x")).await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_stops_on_shutdown_and_gives_the_lock_up() {
+    let s = Stack::new(1, &["x"]).await;
+    let r = std::sync::Arc::new(s.reconciler("a"));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn({
+        let r = r.clone();
+        async move { r.run(rx).await }
+    });
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(r.stats().sweeps >= 3);
+    assert!(s.reconciler("b").tick().await.leader, "lock given up");
+}
