@@ -24,19 +24,39 @@ pub enum CoordinationError {
 #[async_trait]
 pub trait Coordination: Send + Sync + std::fmt::Debug {
     /// Takes `key` for `owner` for `ttl` if nobody holds it (SET NX PX).
-    async fn try_lock(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, CoordinationError>;
+    async fn try_lock(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, CoordinationError>;
     /// Releases `key` only if `owner` holds it (compare-and-delete).
     async fn unlock(&self, key: &str, owner: &str) -> Result<bool, CoordinationError>;
     /// Sets the lock's remaining time to `ttl` only if `owner` holds it.
-    async fn extend_lock(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, CoordinationError>;
+    async fn extend_lock(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, CoordinationError>;
     /// The value at `key`.
     async fn get(&self, key: &str) -> Result<Option<String>, CoordinationError>;
     /// Sets `key` (with a TTL, or for good).
-    async fn set(&self, key: &str, value: &str, ttl: Option<Duration>) -> Result<(), CoordinationError>;
+    async fn set(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Option<Duration>,
+    ) -> Result<(), CoordinationError>;
     /// Deletes `key`; whether it existed.
     async fn delete(&self, key: &str) -> Result<bool, CoordinationError>;
     /// Sets `key` only if absent (SET NX, optional TTL); whether this call set it.
-    async fn set_once(&self, key: &str, value: &str, ttl: Option<Duration>) -> Result<bool, CoordinationError>;
+    async fn set_once(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Option<Duration>,
+    ) -> Result<bool, CoordinationError>;
 }
 
 /// Key names. `prefix` separates deployments or test runs sharing one server.
