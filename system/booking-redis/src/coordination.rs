@@ -21,10 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use booking::coordination::{Coordination, CoordinationError};
-use deadpool::Runtime;
 use redis::{RedisError, Script};
 
-use crate::ledger::{CONNECT_MAX, POOL_WAIT_MAX, RECYCLE_MAX, RESPONSE_MAX};
 use crate::pool::{Manager, Pool};
 
 const UNLOCK: &str = r#"
@@ -92,19 +90,11 @@ impl RedisCoordination {
         url: &str,
         pool_size: usize,
     ) -> Result<RedisCoordination, CoordinationConnectError> {
-        if pool_size == 0 {
-            return Err(CoordinationConnectError::PoolSize);
-        }
-        let manager = Manager::new(url, CONNECT_MAX, RESPONSE_MAX)
-            .map_err(|e| CoordinationConnectError::Url(e.to_string()))?;
-        let pool = Pool::builder(manager)
-            .max_size(pool_size)
-            .wait_timeout(Some(POOL_WAIT_MAX))
-            .create_timeout(Some(CONNECT_MAX))
-            .recycle_timeout(Some(RECYCLE_MAX))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| CoordinationConnectError::Pool(e.to_string()))?;
+        let pool = crate::pool::build(url, pool_size).map_err(|e| match e {
+            crate::pool::PoolError::Size => CoordinationConnectError::PoolSize,
+            crate::pool::PoolError::Url(why) => CoordinationConnectError::Url(why),
+            crate::pool::PoolError::Build(why) => CoordinationConnectError::Pool(why),
+        })?;
         let coordination = RedisCoordination {
             pool,
             unlock: Script::new(UNLOCK),

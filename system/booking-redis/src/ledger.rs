@@ -10,7 +10,6 @@ use booking::ledger::{
     Admission, Counters, Hold, HoldState, Ledger, LedgerError, LevelCount, Step,
 };
 use booking::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
-use deadpool::Runtime;
 use redis::{ErrorKind, RedisError, ScriptInvocation, Value};
 
 use crate::codec::{read_hold, read_paid};
@@ -84,19 +83,11 @@ impl RedisLedger {
         key_prefix: &str,
     ) -> Result<RedisLedger, ConnectError> {
         let prefix = KeyPrefix::parse(key_prefix)?;
-        if pool_size == 0 {
-            return Err(ConnectError::PoolSize);
-        }
-        let manager = Manager::new(url, CONNECT_MAX, RESPONSE_MAX)
-            .map_err(|e| ConnectError::Url(e.to_string()))?;
-        let pool = Pool::builder(manager)
-            .max_size(pool_size)
-            .wait_timeout(Some(POOL_WAIT_MAX))
-            .create_timeout(Some(CONNECT_MAX))
-            .recycle_timeout(Some(RECYCLE_MAX))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| ConnectError::Pool(e.to_string()))?;
+        let pool = crate::pool::build(url, pool_size).map_err(|e| match e {
+            crate::pool::PoolError::Size => ConnectError::PoolSize,
+            crate::pool::PoolError::Url(why) => ConnectError::Url(why),
+            crate::pool::PoolError::Build(why) => ConnectError::Pool(why),
+        })?;
         let ledger = RedisLedger {
             pool,
             prefix,

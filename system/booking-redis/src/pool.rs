@@ -126,3 +126,33 @@ impl managed::Manager for Manager {
         Ok(())
     }
 }
+
+/// Why a pool could not be built.
+#[derive(Debug)]
+pub(crate) enum PoolError {
+    /// A pool needs at least one connection.
+    Size,
+    /// The URL is not a Redis URL.
+    Url(String),
+    /// deadpool refused the settings.
+    Build(String),
+}
+
+/// A pool of at most `pool_size` connections to `url`, with the crate's
+/// timeouts: what the ledger and the coordination backend both connect with.
+pub(crate) fn build(url: &str, pool_size: usize) -> Result<Pool, PoolError> {
+    use crate::ledger::{CONNECT_MAX, POOL_WAIT_MAX, RECYCLE_MAX, RESPONSE_MAX};
+    if pool_size == 0 {
+        return Err(PoolError::Size);
+    }
+    let manager =
+        Manager::new(url, CONNECT_MAX, RESPONSE_MAX).map_err(|e| PoolError::Url(e.to_string()))?;
+    Pool::builder(manager)
+        .max_size(pool_size)
+        .wait_timeout(Some(POOL_WAIT_MAX))
+        .create_timeout(Some(CONNECT_MAX))
+        .recycle_timeout(Some(RECYCLE_MAX))
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .map_err(|e| PoolError::Build(e.to_string()))
+}
