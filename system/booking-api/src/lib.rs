@@ -6,19 +6,36 @@
 //!   `GET /status.json`, `/healthz`, `/metrics`, `/openapi.json`.
 //! - [`confirm_paths`]: `GET /payment/callback` (confirm path 1) and
 //!   `POST /payment/webhook` (confirm path 2, SNS-verified).
+//! - [`paid_from_copy`]: the fast payer's PAID record, written from the
+//!   booking copy when no HELD record exists yet.
+//! - [`sns_delivery`]: SNS verification (allowlists, certificate cache) and
+//!   safe subscription confirmation.
 
+pub mod answers;
 pub mod bookings;
 pub mod confirm_paths;
+pub mod deadline;
+pub mod metrics;
+pub mod openapi;
+pub mod paid_from_copy;
+pub mod sns_delivery;
 pub mod stack;
 
 use std::sync::Arc;
 
 pub use stack::{BookingCopy, Stack, WebhookTrust};
 
-/// Every route of the API.
+/// Every route of the API. The bookings routes enforce the request deadline
+/// themselves (they must undo before answering); the confirm paths run their
+/// work in a task of its own, so the deadline layer may drop their answer at
+/// any point without leaving anything half done.
 pub fn router(stack: Arc<Stack>) -> axum::Router {
+    let confirm = confirm_paths::routes().layer(axum::middleware::from_fn_with_state(
+        stack.clone(),
+        deadline::request_deadline,
+    ));
     axum::Router::new()
         .merge(bookings::routes())
-        .merge(confirm_paths::routes())
+        .merge(confirm)
         .with_state(stack)
 }

@@ -1,0 +1,209 @@
+//! How fast `POST /bookings` runs on the embedded stack with the mock gateway
+//! in process: the whole request path (admit → create payment over HTTP at the
+//! mock → attach → booking copy → enqueue → 201) over real loopback sockets.
+//!
+//! ```text
+//! cargo run --release -p booking-api --example bookings_rate
+//! ```
+//!
+//! Two phases, every booking for a distinct candidate in one level with a cap
+//! nobody reaches:
+//! 1. **Closed loop**: `BENCH_CLIENTS` (default 64) clients, each posting its
+//!    next booking as soon as the last answered, for `BENCH_SECONDS` (default
+//!    10): bookings/s and latency p50/p99.
+//! 2. **Paced**: `BENCH_RATE` (default 2,000) bookings/s, open loop (each sent
+//!    on schedule whatever the previous did), for `BENCH_PACED_SECONDS`
+//!    (default 10): latency p50/p99/max.
+//!
+//! The API and the mock gateway run on one runtime of `BENCH_THREADS`
+//! (default 2) workers; the clients on a separate 1-thread runtime. All of it
+//! shares the machine's cores: on a 2-core machine the clients and the mock's
+//! work are taken out of the system's budget, so the figures are a floor.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use booking::Settings;
+use common::{TestOptions, TestStack};
+use hdrhistogram::Histogram;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
+}
+
+fn report(name: &str, h: &Histogram<u64>) {
+    println!(
+        "{name}: n={} p50={:.2} ms p90={:.2} ms p99={:.2} ms p99.9={:.2} ms max={:.2} ms",
+        h.len(),
+        h.value_at_quantile(0.5) as f64 / 1000.0,
+        h.value_at_quantile(0.9) as f64 / 1000.0,
+        h.value_at_quantile(0.99) as f64 / 1000.0,
+        h.value_at_quantile(0.999) as f64 / 1000.0,
+        h.max() as f64 / 1000.0,
+    );
+}
+
+/// Posts one booking; its latency in µs and whether it was a 201.
+async fn post(http: &reqwest::Client, url: &str, candidate: &str) -> (u64, bool) {
+    let body = format!(r#"{{"candidate":"{candidate}","level":"gold"}}"#);
+    let started = Instant::now();
+    let ok = match http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+    {
+        Ok(r) => {
+            let created = r.status().as_u16() == 201;
+            let _ = r.bytes().await;
+            created
+        }
+        Err(_) => false,
+    };
+    (started.elapsed().as_micros() as u64, ok)
+}
+
+fn main() {
+    let threads = env_or("BENCH_THREADS", 2) as usize;
+    let clients = env_or("BENCH_CLIENTS", 64) as usize;
+    let seconds = env_or("BENCH_SECONDS", 10);
+    let rate = env_or("BENCH_RATE", 2_000);
+    let paced_seconds = env_or("BENCH_PACED_SECONDS", 10);
+    // enough distinct candidates for both phases at a generous rate
+    let candidates = (seconds * 40_000 + rate * paced_seconds + 10_000) as usize;
+
+    let system = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("system runtime");
+    let load = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("load runtime");
+
+    println!(
+        "bookings_rate: {} cores on this machine; system runtime {threads} workers, clients on 1; \
+         {candidates} candidates loaded",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let t = system.block_on(TestStack::start_with(TestOptions {
+        levels: vec![("gold".into(), u32::MAX, "500".into())],
+        candidates: (0..candidates).map(|i| format!("cand-{i}")).collect(),
+        settings: Settings::default(),
+        webhooks: false,
+        ..TestOptions::default()
+    }));
+    let url = format!("{}/bookings", t.url);
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients.max(256))
+        .build()
+        .expect("client");
+    let next = Arc::new(AtomicU64::new(0));
+
+    // warm up: the gateway token, connections
+    load.block_on(async {
+        let mut tasks = Vec::new();
+        for _ in 0..clients {
+            let (http, url, next) = (http.clone(), url.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    post(&http, &url, &format!("cand-{i}")).await;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+
+    // phase 1: closed loop
+    let (h, created, failed, elapsed) = load.block_on(async {
+        let until = Instant::now() + Duration::from_secs(seconds);
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..clients {
+            let (http, url, next) = (http.clone(), url.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut h = histogram();
+                let (mut ok, mut bad) = (0u64, 0u64);
+                while Instant::now() < until {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let (us, created) = post(&http, &url, &format!("cand-{i}")).await;
+                    h.record(us.max(1)).expect("record");
+                    if created { ok += 1 } else { bad += 1 }
+                }
+                (h, ok, bad)
+            }));
+        }
+        let mut all = histogram();
+        let (mut ok, mut bad) = (0, 0);
+        for task in tasks {
+            let (h, o, b) = task.await.unwrap();
+            all.add(&h).expect("add");
+            ok += o;
+            bad += b;
+        }
+        (all, ok, bad, started.elapsed())
+    });
+    println!(
+        "closed loop, {clients} clients, {:.1} s: {created} created, {failed} not created, {:.0} bookings/s",
+        elapsed.as_secs_f64(),
+        created as f64 / elapsed.as_secs_f64()
+    );
+    report("closed loop latency", &h);
+
+    // phase 2: paced, open loop
+    let (h, created, failed, late) = load.block_on(async {
+        let total = rate * paced_seconds;
+        let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
+        let started = tokio::time::Instant::now();
+        let mut tasks = Vec::with_capacity(total as usize);
+        let mut late = 0u64;
+        for k in 0..total {
+            let at = started + period * k as u32;
+            tokio::time::sleep_until(at).await;
+            if tokio::time::Instant::now() > at + Duration::from_millis(5) {
+                late += 1;
+            }
+            let (http, url) = (http.clone(), url.clone());
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            tasks.push(tokio::spawn(async move {
+                post(&http, &url, &format!("cand-{i}")).await
+            }));
+        }
+        let mut h = histogram();
+        let (mut ok, mut bad) = (0, 0);
+        for task in tasks {
+            let (us, created) = task.await.unwrap();
+            h.record(us.max(1)).expect("record");
+            if created { ok += 1 } else { bad += 1 }
+        }
+        (h, ok, bad, late)
+    });
+    println!(
+        "paced at {rate}/s for {paced_seconds} s: {created} created, {failed} not created, \
+         {late} sent more than 5 ms late"
+    );
+    report("paced latency", &h);
+
+    let taken = system.block_on(t.taken("gold"));
+    println!("ledger: {taken} seats counted");
+    system.block_on(t.stop());
+}

@@ -1,0 +1,434 @@
+//! The test harness every booking-api integration test shares: an embedded
+//! [`Stack`] (ledger, records, queue, coordination, outputs in process) whose
+//! gateway is a real [`BkashGateway`] talking to a real mock gateway
+//! (`mock_gateway::start_local`) over loopback, served by the API's router on
+//! `127.0.0.1:0`.
+//!
+//! ```ignore
+//! let t = TestStack::start().await;                 // defaults below
+//! let (status, body, _) = t.book("c-1", "gold").await;
+//! ```
+//!
+//! Defaults ([`TestOptions::default`]): sale `test-sale`, levels gold (cap 10,
+//! price 500) and silver (cap 10, price 300), candidates `c-0` … `c-99`
+//! (raw ids; the ledger holds their hashes), the sale open, the article's
+//! settings, the system clock, an empty mock script, and the mock subscribing
+//! `<api>/payment/webhook` for its SNS notifications (its signing certificate
+//! URL and topic trusted by [`Stack::webhook_trust`]).
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use booking::clock::{Clock, SystemClock};
+use booking::queue::{
+    Message, Queue, QueueDepth, QueueError, ReceiptHandle, Received, SendOutcome,
+};
+use booking::{CandidateHash, Level, SaleId, Settings};
+use booking_api::{Stack, WebhookTrust};
+use booking_bkash::{BkashConfig, BkashGateway, Credentials};
+use booking_embedded::coordination::EmbeddedCoordination;
+use booking_embedded::ledger::EmbeddedLedger;
+use booking_embedded::outputs::{AlertLog, ObjectSink, OutboxMailer};
+use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
+use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
+use mock_gateway::{Running, ScriptSpec};
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+/// The key prefix of every test stack.
+pub const PREFIX: &str = "test";
+
+/// The mock's default merchant.
+pub fn credentials() -> Credentials {
+    Credentials {
+        username: "sellout".into(),
+        password: "sellout-password".into(),
+        app_key: "sellout-app-key".into(),
+        app_secret: "sellout-app-secret".into(),
+    }
+}
+
+/// The hash of a raw candidate id.
+pub fn hash(raw: &str) -> CandidateHash {
+    CandidateHash::of(raw)
+}
+
+/// Puts a test double in front of the embedded queue.
+pub type WrapQueue = fn(Arc<EmbeddedQueue>) -> Arc<dyn Queue>;
+
+/// How to build a [`TestStack`].
+#[derive(Debug, Clone)]
+pub struct TestOptions {
+    /// The sale.
+    pub sale: String,
+    /// Levels: (name, cap, price).
+    pub levels: Vec<(String, u32, String)>,
+    /// Eligible candidates, raw ids.
+    pub candidates: Vec<String>,
+    /// Open the sale.
+    pub open: bool,
+    /// The settings.
+    pub settings: Settings,
+    /// The mock gateway's script (TOML).
+    pub script: String,
+    /// The mock's config (`public_url` is replaced; the webhook URL is added
+    /// when `webhooks`).
+    pub mock_config: mock_gateway::Config,
+    /// Subscribe `<api>/payment/webhook` to the mock's notifications.
+    pub webhooks: bool,
+    /// The clock of the stack (and of the gateway's token cache).
+    pub clock: Arc<dyn Clock>,
+    /// Wraps the embedded queue before the stack gets it (a failing double).
+    pub wrap_queue: Option<WrapQueue>,
+}
+
+impl Default for TestOptions {
+    fn default() -> TestOptions {
+        TestOptions {
+            sale: "test-sale".into(),
+            levels: vec![
+                ("gold".into(), 10, "500".into()),
+                ("silver".into(), 10, "300".into()),
+            ],
+            candidates: (0..100).map(|i| format!("c-{i}")).collect(),
+            open: true,
+            settings: Settings::default(),
+            script: String::new(),
+            mock_config: mock_gateway::Config::default(),
+            webhooks: true,
+            clock: Arc::new(SystemClock),
+            wrap_queue: None,
+        }
+    }
+}
+
+/// A running API on an embedded stack, against a running mock gateway.
+#[derive(Debug)]
+pub struct TestStack {
+    /// What every handler shares.
+    pub stack: Arc<Stack>,
+    /// The mock gateway (its ledger is `mock.app.gateway`).
+    pub mock: Running,
+    /// The API's base URL, `http://127.0.0.1:<port>`.
+    pub url: String,
+    /// The API's address.
+    pub addr: SocketAddr,
+    /// A client for the API.
+    pub http: reqwest::Client,
+    /// The ledger, concretely.
+    pub ledger: Arc<EmbeddedLedger>,
+    /// The queue, concretely (behind `wrap_queue` if any).
+    pub queue: Arc<EmbeddedQueue>,
+    /// The records, concretely.
+    pub records: Arc<EmbeddedRecords>,
+    /// Locks, the booking copy, latches, the gateway token.
+    pub coordination: Arc<EmbeddedCoordination>,
+    /// `status.json`.
+    pub sink: Arc<ObjectSink>,
+    /// Confirmation emails.
+    pub mailer: Arc<OutboxMailer>,
+    /// Alerts.
+    pub alerts: Arc<AlertLog>,
+    /// The gateway adapter.
+    pub gateway: Arc<BkashGateway>,
+    /// The options it was built with.
+    pub options: TestOptions,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl TestStack {
+    /// A stack with [`TestOptions::default`].
+    pub async fn start() -> TestStack {
+        TestStack::start_with(TestOptions::default()).await
+    }
+
+    /// A stack with `options`: the mock started, the ledger reset to the
+    /// levels, the candidates loaded, the sale opened if asked, the API serving.
+    pub async fn start_with(options: TestOptions) -> TestStack {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let url = format!("http://{addr}");
+
+        let mut mock_config = options.mock_config.clone();
+        if options.webhooks {
+            mock_config
+                .webhook_urls
+                .push(format!("{url}/payment/webhook"));
+        }
+        let topic = mock_config.topic_arn.clone();
+        let spec = ScriptSpec::from_toml(&options.script).expect("the mock script parses");
+        let mock = mock_gateway::start_local(mock_config, spec)
+            .await
+            .expect("the mock gateway starts");
+
+        let clock = options.clock.clone();
+        let settings = options.settings.clone();
+        let ledger = Arc::new(EmbeddedLedger::new());
+        let queue = Arc::new(EmbeddedQueue::new(
+            clock.clone(),
+            QueueConfig::from_settings(&settings),
+        ));
+        let records = Arc::new(EmbeddedRecords::new(
+            clock.clone(),
+            RecordsConfig::default(),
+        ));
+        let coordination = Arc::new(EmbeddedCoordination::new(clock.clone()));
+        let sink = Arc::new(ObjectSink::new(clock.clone()));
+        let mailer = Arc::new(OutboxMailer::new());
+        let alerts = Arc::new(AlertLog::new());
+        let gateway = Arc::new(
+            BkashGateway::connect(
+                BkashConfig::new(mock.url.clone(), credentials()),
+                coordination.clone(),
+                clock.clone(),
+                &settings,
+                PREFIX,
+            )
+            .expect("the gateway client builds"),
+        );
+        let stack_queue: Arc<dyn Queue> = match options.wrap_queue {
+            Some(wrap) => wrap(queue.clone()),
+            None => queue.clone(),
+        };
+        let sale = SaleId::parse(&options.sale).expect("sale id");
+        let prices: BTreeMap<Level, String> = options
+            .levels
+            .iter()
+            .map(|(l, _, p)| (Level::parse(l).expect("level"), p.clone()))
+            .collect();
+        let cert_urls = sns::CertUrlPolicy::none()
+            .allow_http_loopback(IpAddr::V4(Ipv4Addr::LOCALHOST), Some(mock.addr.port()))
+            .expect("loopback");
+        let stack = Arc::new(Stack {
+            sale,
+            prefix: PREFIX.into(),
+            settings,
+            prices,
+            public_url: url.clone(),
+            ledger: ledger.clone(),
+            records: records.clone(),
+            stream: records.clone(),
+            queue: stack_queue,
+            coordination: coordination.clone(),
+            gateway: gateway.clone(),
+            mailer: mailer.clone(),
+            alerts: alerts.clone(),
+            status_sink: sink.clone(),
+            clock,
+            webhook_trust: WebhookTrust {
+                cert_urls,
+                topics: sns::TopicPolicy::only([topic]),
+            },
+        });
+
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let router = booking_api::router(stack.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client");
+        let t = TestStack {
+            stack,
+            mock,
+            url,
+            addr,
+            http,
+            ledger,
+            queue,
+            records,
+            coordination,
+            sink,
+            mailer,
+            alerts,
+            gateway,
+            options: options.clone(),
+            shutdown: Some(tx),
+            server,
+        };
+        t.reset(
+            &options
+                .levels
+                .iter()
+                .map(|(l, cap, _)| (l.as_str(), *cap))
+                .collect::<Vec<_>>(),
+            &options.candidates,
+            options.open,
+        )
+        .await;
+        t
+    }
+
+    /// Resets the sale to `levels`, loads `candidates` (raw ids) and opens it
+    /// or not.
+    pub async fn reset(&self, levels: &[(&str, u32)], candidates: &[String], open: bool) {
+        let ledger = &self.stack.ledger;
+        let sale = &self.stack.sale;
+        let levels: Vec<(Level, u32)> = levels
+            .iter()
+            .map(|(l, cap)| (Level::parse(l).expect("level"), *cap))
+            .collect();
+        ledger.reset(sale, &levels).await.expect("reset");
+        let hashes: Vec<CandidateHash> = candidates.iter().map(|c| hash(c)).collect();
+        ledger.load_candidates(sale, &hashes).await.expect("load");
+        ledger.set_open(sale, open).await.expect("open");
+    }
+
+    /// `POST /bookings` with `{"candidate", "level"}`.
+    pub async fn book(&self, candidate: &str, level: &str) -> (u16, Value, HeaderMap) {
+        self.post_json(
+            "/bookings",
+            &serde_json::json!({"candidate": candidate, "level": level}).to_string(),
+        )
+        .await
+    }
+
+    /// `POST <path>` with a raw body as `application/json`; the body read as
+    /// JSON (`Value::Null` if it is not JSON).
+    pub async fn post_json(&self, path: &str, body: &str) -> (u16, Value, HeaderMap) {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("the API answers");
+        read(response).await
+    }
+
+    /// `GET <path>`: status, body text, headers.
+    pub async fn get(&self, path: &str) -> (u16, String, HeaderMap) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("the API answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, response.text().await.expect("body"), headers)
+    }
+
+    /// Every message waiting in the queue (received, so now in flight).
+    pub async fn drain_queue(&self) -> Vec<Received> {
+        let mut all = Vec::new();
+        loop {
+            let batch = self
+                .queue
+                .receive(10, Duration::ZERO)
+                .await
+                .expect("receive");
+            if batch.is_empty() {
+                return all;
+            }
+            all.extend(batch);
+        }
+    }
+
+    /// The count of a level in the ledger.
+    pub async fn taken(&self, level: &str) -> u32 {
+        let counters = self
+            .stack
+            .ledger
+            .counters(&self.stack.sale)
+            .await
+            .expect("counters");
+        counters
+            .levels
+            .iter()
+            .find(|l| l.level.as_str() == level)
+            .map_or(0, |l| l.count)
+    }
+
+    /// Stops the API and the mock.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.server).await;
+        self.mock.stop().await;
+    }
+}
+
+/// Status, JSON body (or `Null`), headers.
+pub async fn read(response: reqwest::Response) -> (u16, Value, HeaderMap) {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = response.bytes().await.expect("body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        headers,
+    )
+}
+
+/// A queue that fails sends while told to, and otherwise forwards to an
+/// embedded queue: the enqueue-failure double.
+#[derive(Debug)]
+pub struct FlakyQueue {
+    /// The real queue.
+    pub inner: Arc<EmbeddedQueue>,
+    /// Fail every send while set.
+    pub fail_sends: AtomicBool,
+    /// Sends refused so far.
+    pub refused: AtomicU64,
+}
+
+impl FlakyQueue {
+    /// Failing from the start.
+    pub fn failing(inner: Arc<EmbeddedQueue>) -> Arc<dyn Queue> {
+        Arc::new(FlakyQueue {
+            inner,
+            fail_sends: AtomicBool::new(true),
+            refused: AtomicU64::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl Queue for FlakyQueue {
+    async fn send(&self, message: Message) -> Result<SendOutcome, QueueError> {
+        if self.fail_sends.load(Ordering::SeqCst) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(QueueError::Unavailable("injected send failure".into()));
+        }
+        self.inner.send(message).await
+    }
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Received>, QueueError> {
+        self.inner.receive(max, wait).await
+    }
+    async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {
+        self.inner.delete(receipt).await
+    }
+    async fn change_visibility(
+        &self,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> Result<(), QueueError> {
+        self.inner.change_visibility(receipt, timeout).await
+    }
+    async fn oldest_age(&self) -> Result<Option<Duration>, QueueError> {
+        self.inner.oldest_age().await
+    }
+    async fn depth(&self) -> Result<QueueDepth, QueueError> {
+        self.inner.depth().await
+    }
+    async fn dead_letters(&self) -> Result<Vec<Message>, QueueError> {
+        self.inner.dead_letters().await
+    }
+}

@@ -1,0 +1,192 @@
+//! Wiring: a [`ServerConfig`] becomes a [`booking_api::Stack`] of ports, plus
+//! handles on the embedded parts that the audit and the tests read (the
+//! record store's throttles and TTL sweep, the outbox, the status writes).
+//!
+//! The seat ledger and coordination are embedded or on Redis; records, queue
+//! and outputs are embedded for now (the AWS adapters come later). The
+//! gateway is always the bKash client, with its fleet-shared token in
+//! coordination.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use booking::{
+    Alerts, Clock, Coordination, Ledger, Level, Mailer, StatusSink, StatusWriter, SystemClock,
+};
+use booking_api::Stack;
+use booking_bkash::{BkashConfig, BkashGateway, Credentials};
+use booking_embedded::coordination::EmbeddedCoordination;
+use booking_embedded::ledger::EmbeddedLedger;
+use booking_embedded::outputs::{AlertLog, ObjectSink, OutboxMailer};
+use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
+use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
+use booking_redis::{RedisCoordination, RedisLedger};
+
+use crate::config::{ConfigError, ServerConfig, StackKind};
+
+/// Why the stack could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The Redis ledger could not connect.
+    #[error("redis ledger: {0}")]
+    RedisLedger(#[from] booking_redis::ConnectError),
+    /// Redis coordination could not connect.
+    #[error("redis coordination: {0}")]
+    RedisCoordination(#[from] booking_redis::CoordinationConnectError),
+    /// The gateway client could not be built.
+    #[error("gateway client: {0}")]
+    Gateway(#[from] booking_bkash::BuildError),
+}
+
+/// The embedded parts of a stack, as their concrete types.
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    /// The record store (its TTL sweep and throttle counts).
+    pub records: Arc<EmbeddedRecords>,
+    /// The queue.
+    pub queue: Arc<EmbeddedQueue>,
+    /// The confirmation outbox.
+    pub mailer: Arc<OutboxMailer>,
+    /// The alert log.
+    pub alerts: Arc<AlertLog>,
+    /// The status document and every version of it.
+    pub sink: Arc<ObjectSink>,
+}
+
+/// A built server: the API's stack, the embedded handles, the configuration.
+#[derive(Debug)]
+pub struct Server {
+    /// What every handler and service shares.
+    pub stack: Arc<Stack>,
+    /// The embedded parts.
+    pub embedded: Embedded,
+    /// The configuration it was built from.
+    pub config: ServerConfig,
+    /// This instance's id (reconciler lock owner, status writer id).
+    pub instance: String,
+    /// The status document writer of this instance.
+    pub status: Arc<StatusWriter>,
+    /// When the sale was last reset, ms (0: not since start); the audit
+    /// looks at status writes from then on.
+    pub reset_at_ms: AtomicU64,
+}
+
+impl Server {
+    /// Levels and caps, as `reset` sets them.
+    pub fn caps(&self) -> Vec<(Level, u32)> {
+        self.config.caps()
+    }
+}
+
+/// A random instance id: `<prefix>-<16 hex digits>`.
+pub fn instance_id(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", rand::random::<u64>())
+}
+
+/// Builds the stack `config` describes, serving under `public_url`. Connects
+/// to Redis when asked (the gateway is contacted lazily, on the first call).
+pub async fn build(config: &ServerConfig, public_url: &str) -> Result<Server, BuildError> {
+    config.validate()?;
+    let settings = config.effective_settings();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let (ledger, coordination): (Arc<dyn Ledger>, Arc<dyn Coordination>) = match config.stack.kind {
+        StackKind::Embedded => (
+            Arc::new(EmbeddedLedger::new()),
+            Arc::new(EmbeddedCoordination::new(clock.clone())),
+        ),
+        StackKind::Redis => {
+            let url = &config.stack.redis_url;
+            let pool = config.stack.redis_pool_size;
+            (
+                Arc::new(RedisLedger::connect(url, pool, &config.key_prefix).await?),
+                Arc::new(RedisCoordination::connect(url, pool).await?),
+            )
+        }
+    };
+    let embedded = Embedded {
+        records: Arc::new(EmbeddedRecords::new(
+            clock.clone(),
+            RecordsConfig::default(),
+        )),
+        queue: Arc::new(EmbeddedQueue::new(
+            clock.clone(),
+            QueueConfig::from_settings(&settings),
+        )),
+        mailer: Arc::new(OutboxMailer::new()),
+        alerts: Arc::new(AlertLog::new()),
+        sink: Arc::new(ObjectSink::new(clock.clone())),
+    };
+    let g = &config.gateway;
+    let gateway = BkashGateway::connect(
+        BkashConfig::new(
+            g.base_url.clone(),
+            Credentials {
+                username: g.username.clone(),
+                password: g.password.clone(),
+                app_key: g.app_key.clone(),
+                app_secret: g.app_secret.clone(),
+            },
+        ),
+        coordination.clone(),
+        clock.clone(),
+        &settings,
+        &config.key_prefix,
+    )?;
+    let webhook_trust = config.webhook.trust()?;
+    if config.webhook.topic_arns.is_none() {
+        tracing::warn!(
+            "no webhook.topic_arns configured: webhooks from any SNS topic are accepted"
+        );
+    }
+    let prices: BTreeMap<Level, String> = config
+        .levels
+        .iter()
+        .map(|l| (l.level.clone(), l.price.clone()))
+        .collect();
+    let mailer: Arc<dyn Mailer> = embedded.mailer.clone();
+    let alerts: Arc<dyn Alerts> = embedded.alerts.clone();
+    let status_sink: Arc<dyn StatusSink> = embedded.sink.clone();
+    let stack = Arc::new(Stack {
+        sale: config.sale.clone(),
+        prefix: config.key_prefix.clone(),
+        settings: settings.clone(),
+        prices,
+        public_url: public_url.trim_end_matches('/').to_owned(),
+        ledger: ledger.clone(),
+        records: embedded.records.clone(),
+        stream: embedded.records.clone(),
+        queue: embedded.queue.clone(),
+        coordination: coordination.clone(),
+        gateway: Arc::new(gateway),
+        mailer,
+        alerts,
+        status_sink: status_sink.clone(),
+        clock: clock.clone(),
+        webhook_trust,
+    });
+    let instance = instance_id("booking");
+    let status = Arc::new(
+        StatusWriter::new(
+            config.sale.clone(),
+            &config.key_prefix,
+            ledger,
+            coordination,
+            status_sink,
+            clock,
+        )
+        .with_throttle(settings.status_throttle)
+        .with_writer_id(&instance),
+    );
+    Ok(Server {
+        stack,
+        embedded,
+        config: config.clone(),
+        instance,
+        status,
+        reset_at_ms: AtomicU64::new(0),
+    })
+}

@@ -1,0 +1,124 @@
+//! The `booking` command line: `serve` runs an instance; every other
+//! subcommand is an ops step sent to a running instance's `/ops/` routes.
+//!
+//! ```text
+//! booking serve [--config FILE] [flags]
+//! booking [--server URL] [--token T] reset
+//! booking [--server URL] load-candidates FILE   # one id or hash per line, or a JSON list; - for stdin
+//! booking [--server URL] open | close | status
+//! booking [--server URL] audit [--gateway URL]  # exit status 1 if an invariant failed
+//! ```
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+
+use crate::config::ServeArgs;
+
+/// The `booking` binary.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "booking",
+    about = "The sellout booking server and its ops steps"
+)]
+pub struct Cli {
+    /// A running instance (for the ops subcommands).
+    #[arg(
+        long,
+        global = true,
+        env = "SELLOUT_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub server: String,
+    /// Bearer token for the /ops/ routes.
+    #[arg(
+        long,
+        global = true,
+        env = "SELLOUT_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Run an instance: the API, the /ops/ routes and the background loops.
+    Serve(Box<ServeArgs>),
+    /// Reset the sale: levels and caps from the server's config, closed, no candidates.
+    Reset,
+    /// Mark candidates eligible: a file of raw ids or SHA-256 hashes, one per
+    /// line (or a JSON list); `-` reads stdin.
+    LoadCandidates {
+        /// The list.
+        file: PathBuf,
+    },
+    /// Open admissions.
+    Open,
+    /// Close admissions.
+    Close,
+    /// Counters, records, queue and the status document.
+    Status,
+    /// Check every invariant; exit status 1 if one failed.
+    Audit {
+        /// The mock gateway's base URL, for the ground-truth checks.
+        #[arg(long)]
+        gateway: Option<String>,
+    },
+}
+
+/// Runs an ops subcommand against `cli.server`, printing the JSON answer.
+/// Returns whether the step succeeded (for `audit`: every invariant held).
+pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
+    let base = cli.server.trim_end_matches('/');
+    let http = reqwest::Client::new();
+    let with_token = |r: reqwest::RequestBuilder| match &cli.token {
+        Some(t) => r.bearer_auth(t),
+        None => r,
+    };
+    let request = match &cli.command {
+        Command::Serve(_) => bail!("serve is not an ops step"),
+        Command::Reset => http.post(format!("{base}/ops/reset")),
+        Command::Open => http.post(format!("{base}/ops/open")),
+        Command::Close => http.post(format!("{base}/ops/close")),
+        Command::Status => http.get(format!("{base}/ops/status")),
+        Command::LoadCandidates { file } => {
+            let body = if file.as_os_str() == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                    .context("reading stdin")?;
+                s
+            } else {
+                std::fs::read_to_string(file)
+                    .with_context(|| format!("reading {}", file.display()))?
+            };
+            http.post(format!("{base}/ops/load-candidates"))
+                .header(reqwest::header::CONTENT_TYPE, "text/plain")
+                .body(body)
+        }
+        Command::Audit { gateway } => {
+            let r = http.get(format!("{base}/ops/audit"));
+            match gateway {
+                Some(g) => r.query(&[("gateway", g)]),
+                None => r,
+            }
+        }
+    };
+    let resp = with_token(request)
+        .send()
+        .await
+        .with_context(|| format!("calling {base}"))?;
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await.context("reading the answer")?;
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    if !status.is_success() {
+        bail!("{base} answered {status}");
+    }
+    if let Command::Audit { .. } = cli.command {
+        return Ok(body.get("passed").and_then(serde_json::Value::as_bool) == Some(true));
+    }
+    Ok(true)
+}

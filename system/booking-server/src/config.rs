@@ -1,0 +1,530 @@
+//! What one server runs with: a TOML file ([`ServerConfig`], every field
+//! optional, the defaults are a local rehearsal against the mock gateway),
+//! then command-line overrides ([`ServeArgs`]).
+//!
+//! ```toml
+//! sale = "launch"
+//! listen = "127.0.0.1:8080"
+//! public_url = "http://127.0.0.1:8080"
+//! key_prefix = "sellout"
+//! time_scale = 1.0            # 1/30: a 10-minute hold becomes 20 s
+//!
+//! [[levels]]
+//! level = "gold"
+//! cap = 100
+//! price = "1500.00"
+//!
+//! [stack]
+//! kind = "embedded"           # or "redis"
+//! redis_url = "redis://127.0.0.1:6379"
+//! redis_pool_size = 300
+//!
+//! [gateway]
+//! base_url = "http://127.0.0.1:9090"
+//! username = "sellout"        # the mock's defaults
+//!
+//! [webhook]
+//! aws_cert_urls = true        # the real SNS pattern
+//! loopback_sns_port = 9090    # also trust the mock's certificate on loopback
+//! topic_arns = ["arn:aws:sns:ap-southeast-1:000000000000:bkash-ipn"]
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use booking::{Level, SaleId, Settings};
+use serde::{Deserialize, Serialize};
+
+/// The key prefix when none is given.
+pub const KEY_PREFIX_DEFAULT: &str = "sellout";
+/// The address the server listens on when none is given.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:8080";
+/// The mock gateway's default address.
+pub const GATEWAY_URL_DEFAULT: &str = "http://127.0.0.1:9090";
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// Which file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for a [`ServerConfig`].
+    #[error("parsing {path}: {source}")]
+    Parse {
+        /// Which file.
+        path: PathBuf,
+        /// Why.
+        source: Box<toml::de::Error>,
+    },
+    /// A value is out of range or malformed.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// One seat level: its cap and its price (the gateway's amount string).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LevelConfig {
+    /// The level's name.
+    pub level: Level,
+    /// Seats in it.
+    pub cap: u32,
+    /// Price of a seat, e.g. `"1500.00"`.
+    pub price: String,
+}
+
+impl std::str::FromStr for LevelConfig {
+    type Err = String;
+
+    /// `NAME:CAP:PRICE`, e.g. `gold:100:1500.00`.
+    fn from_str(s: &str) -> Result<LevelConfig, String> {
+        let mut parts = s.splitn(3, ':');
+        let (Some(name), Some(cap), Some(price)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(format!("level {s:?}: expected NAME:CAP:PRICE"));
+        };
+        Ok(LevelConfig {
+            level: Level::parse(name).map_err(|e| e.to_string())?,
+            cap: cap
+                .parse()
+                .map_err(|e| format!("level {s:?}: cap {cap:?}: {e}"))?,
+            price: price.to_owned(),
+        })
+    }
+}
+
+/// Which backends hold the shared state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum StackKind {
+    /// Everything in process: nothing to install.
+    #[default]
+    Embedded,
+    /// The seat ledger and coordination on Redis; records, queue and outputs
+    /// still embedded until the AWS adapters land.
+    Redis,
+}
+
+/// The backends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StackConfig {
+    /// Embedded or Redis.
+    pub kind: StackKind,
+    /// Redis URL (`kind = "redis"`).
+    pub redis_url: String,
+    /// Redis connections per instance.
+    pub redis_pool_size: usize,
+}
+
+impl Default for StackConfig {
+    fn default() -> StackConfig {
+        StackConfig {
+            kind: StackKind::Embedded,
+            redis_url: "redis://127.0.0.1:6379".to_owned(),
+            redis_pool_size: booking::settings::REDIS_POOL_SIZE,
+        }
+    }
+}
+
+/// The payment gateway: where, and the merchant's credentials.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GatewayConfig {
+    /// Base URL, e.g. `http://127.0.0.1:9090` (the mock) or bKash's.
+    pub base_url: String,
+    /// Grant header `username`.
+    pub username: String,
+    /// Grant header `password`.
+    pub password: String,
+    /// `app_key`.
+    pub app_key: String,
+    /// `app_secret`.
+    pub app_secret: String,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("base_url", &self.base_url)
+            .field("username", &self.username)
+            .field("app_key", &self.app_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for GatewayConfig {
+    /// The mock gateway's address and default merchant.
+    fn default() -> GatewayConfig {
+        GatewayConfig {
+            base_url: GATEWAY_URL_DEFAULT.to_owned(),
+            username: "sellout".to_owned(),
+            password: "sellout-password".to_owned(),
+            app_key: "sellout-app-key".to_owned(),
+            app_secret: "sellout-app-secret".to_owned(),
+        }
+    }
+}
+
+/// Which webhooks are believed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WebhookConfig {
+    /// Trust real AWS SNS certificate URLs (`https://sns.<region>.amazonaws.com/….pem`).
+    pub aws_cert_urls: bool,
+    /// Also trust `http://127.0.0.1:<port>/….pem`: the mock gateway, for
+    /// rehearsals only.
+    pub loopback_sns_port: Option<u16>,
+    /// Accepted topic ARNs; `None` accepts any topic (with a warning at start).
+    pub topic_arns: Option<Vec<String>>,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> WebhookConfig {
+        WebhookConfig {
+            aws_cert_urls: true,
+            loopback_sns_port: None,
+            topic_arns: None,
+        }
+    }
+}
+
+impl WebhookConfig {
+    /// The certificate-URL and topic policies.
+    pub fn trust(&self) -> Result<booking_api::WebhookTrust, ConfigError> {
+        let mut cert_urls = if self.aws_cert_urls {
+            sns::CertUrlPolicy::aws()
+        } else {
+            sns::CertUrlPolicy::none()
+        };
+        if let Some(port) = self.loopback_sns_port {
+            cert_urls = cert_urls
+                .allow_http_loopback(IpAddr::V4(Ipv4Addr::LOCALHOST), Some(port))
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        }
+        let topics = match &self.topic_arns {
+            Some(arns) => sns::TopicPolicy::only(arns.iter().cloned()),
+            None => sns::TopicPolicy::any(),
+        };
+        Ok(booking_api::WebhookTrust { cert_urls, topics })
+    }
+}
+
+/// Everything one server runs with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerConfig {
+    /// The sale.
+    pub sale: SaleId,
+    /// Levels with caps and prices, in order.
+    pub levels: Vec<LevelConfig>,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Our base URL as payers' browsers reach it (the callback URL is this
+    /// plus `/payment/callback`); empty: `http://<listen>`.
+    pub public_url: String,
+    /// Backends.
+    pub stack: StackConfig,
+    /// The payment gateway.
+    pub gateway: GatewayConfig,
+    /// Webhook trust.
+    pub webhook: WebhookConfig,
+    /// Every sale timer is multiplied by this ([`Settings::scaled`]).
+    pub time_scale: f64,
+    /// Explicit settings (before scaling); absent fields keep the article's numbers.
+    pub settings: Settings,
+    /// Prefix of every coordination and Redis key.
+    pub key_prefix: String,
+    /// When set, the `/ops/` routes require `Authorization: Bearer <token>`.
+    pub admin_token: Option<String>,
+}
+
+impl Default for ServerConfig {
+    /// A local rehearsal: one sale "launch" with one level, embedded stack,
+    /// the mock gateway on its default port.
+    fn default() -> ServerConfig {
+        ServerConfig {
+            sale: SaleId::parse("launch").unwrap_or_else(|_| unreachable!()),
+            levels: vec![LevelConfig {
+                level: Level::parse("general").unwrap_or_else(|_| unreachable!()),
+                cap: 100,
+                price: "1000.00".to_owned(),
+            }],
+            listen: LISTEN_DEFAULT.parse().unwrap_or_else(|_| unreachable!()),
+            public_url: String::new(),
+            stack: StackConfig::default(),
+            gateway: GatewayConfig::default(),
+            webhook: WebhookConfig::default(),
+            time_scale: 1.0,
+            settings: Settings::default(),
+            key_prefix: KEY_PREFIX_DEFAULT.to_owned(),
+            admin_token: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Reads a TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<ServerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        ServerConfig::from_toml(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Parses TOML.
+    pub fn from_toml(text: &str) -> Result<ServerConfig, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// The settings the services run with: the configured ones, scaled.
+    pub fn effective_settings(&self) -> Settings {
+        let mut s = self.settings.clone();
+        s.redis_pool_size = self.stack.redis_pool_size;
+        if (self.time_scale - 1.0).abs() > f64::EPSILON {
+            s = s.scaled(self.time_scale);
+        }
+        s
+    }
+
+    /// Levels and caps, as the ledger takes them.
+    pub fn caps(&self) -> Vec<(Level, u32)> {
+        self.levels
+            .iter()
+            .map(|l| (l.level.clone(), l.cap))
+            .collect()
+    }
+
+    /// The public URL, defaulting to the listen address.
+    pub fn public_url_or(&self, addr: SocketAddr) -> String {
+        if self.public_url.is_empty() {
+            format!("http://{addr}")
+        } else {
+            self.public_url.trim_end_matches('/').to_owned()
+        }
+    }
+
+    /// Refuses what cannot run.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.levels.is_empty() {
+            return bad("at least one level is needed".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for l in &self.levels {
+            if !seen.insert(&l.level) {
+                return bad(format!("level {} given twice", l.level));
+            }
+            if l.price.is_empty() {
+                return bad(format!("level {} has no price", l.level));
+            }
+        }
+        if !(self.time_scale > 0.0 && self.time_scale.is_finite()) {
+            return bad(format!("time_scale {} must be > 0", self.time_scale));
+        }
+        if self.stack.redis_pool_size == 0 {
+            return bad("redis_pool_size must be > 0".into());
+        }
+        let prefix_ok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'.' | b'-');
+        if self.key_prefix.is_empty()
+            || self.key_prefix.len() > 64
+            || !self.key_prefix.bytes().all(prefix_ok)
+        {
+            return bad(format!(
+                "key_prefix {:?}: 1..=64 of [A-Za-z0-9:_.-]",
+                self.key_prefix
+            ));
+        }
+        if self.webhook.topic_arns.as_ref().is_some_and(Vec::is_empty) {
+            return bad("webhook.topic_arns is empty: no webhook could be accepted".into());
+        }
+        Ok(())
+    }
+}
+
+fn parse_sale(s: &str) -> Result<SaleId, String> {
+    SaleId::parse(s).map_err(|e| e.to_string())
+}
+
+/// `booking serve` flags: each overrides the file.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "SELLOUT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Sale id.
+    #[arg(long, value_parser = parse_sale)]
+    pub sale: Option<SaleId>,
+    /// A level as NAME:CAP:PRICE (repeat; replaces the file's levels).
+    #[arg(long = "level")]
+    pub levels: Vec<LevelConfig>,
+    /// Listen address.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Public base URL (the gateway redirects payers here).
+    #[arg(long)]
+    pub public_url: Option<String>,
+    /// Backends.
+    #[arg(long, value_enum)]
+    pub stack: Option<StackKind>,
+    /// Redis URL.
+    #[arg(long, env = "SELLOUT_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// Redis connections per instance.
+    #[arg(long)]
+    pub redis_pool_size: Option<usize>,
+    /// Payment gateway base URL.
+    #[arg(long)]
+    pub gateway_url: Option<String>,
+    /// Gateway username.
+    #[arg(long)]
+    pub gateway_username: Option<String>,
+    /// Gateway password.
+    #[arg(long, env = "SELLOUT_GATEWAY_PASSWORD", hide_env_values = true)]
+    pub gateway_password: Option<String>,
+    /// Gateway app key.
+    #[arg(long)]
+    pub gateway_app_key: Option<String>,
+    /// Gateway app secret.
+    #[arg(long, env = "SELLOUT_GATEWAY_APP_SECRET", hide_env_values = true)]
+    pub gateway_app_secret: Option<String>,
+    /// Also trust SNS certificates served on http://127.0.0.1:PORT (the mock
+    /// gateway). Rehearsals only.
+    #[arg(long, value_name = "PORT")]
+    pub trust_loopback_sns_port: Option<u16>,
+    /// An accepted SNS topic ARN (repeat; replaces the file's list).
+    #[arg(long = "topic-arn")]
+    pub topic_arns: Vec<String>,
+    /// Multiply every sale timer by this (1/30 makes the 10-minute hold 20 s).
+    #[arg(long)]
+    pub time_scale: Option<f64>,
+    /// Prefix of every coordination key.
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    /// Require this bearer token on the /ops/ routes.
+    #[arg(long, env = "SELLOUT_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}
+
+impl ServeArgs {
+    /// The file (or the defaults), then these flags over it, validated.
+    pub fn load(&self) -> Result<ServerConfig, ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => ServerConfig::from_file(path)?,
+            None => ServerConfig::default(),
+        };
+        self.apply(&mut c);
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Overrides `c` with every flag given.
+    pub fn apply(&self, c: &mut ServerConfig) {
+        fn set<T: Clone>(slot: &mut T, v: &Option<T>) {
+            if let Some(v) = v {
+                *slot = v.clone();
+            }
+        }
+        set(&mut c.sale, &self.sale);
+        if !self.levels.is_empty() {
+            c.levels = self.levels.clone();
+        }
+        set(&mut c.listen, &self.listen);
+        set(&mut c.public_url, &self.public_url);
+        set(&mut c.stack.kind, &self.stack);
+        set(&mut c.stack.redis_url, &self.redis_url);
+        set(&mut c.stack.redis_pool_size, &self.redis_pool_size);
+        set(&mut c.gateway.base_url, &self.gateway_url);
+        set(&mut c.gateway.username, &self.gateway_username);
+        set(&mut c.gateway.password, &self.gateway_password);
+        set(&mut c.gateway.app_key, &self.gateway_app_key);
+        set(&mut c.gateway.app_secret, &self.gateway_app_secret);
+        if self.trust_loopback_sns_port.is_some() {
+            c.webhook.loopback_sns_port = self.trust_loopback_sns_port;
+        }
+        if !self.topic_arns.is_empty() {
+            c.webhook.topic_arns = Some(self.topic_arns.clone());
+        }
+        set(&mut c.time_scale, &self.time_scale);
+        set(&mut c.key_prefix, &self.key_prefix);
+        if self.admin_token.is_some() {
+            c.admin_token = self.admin_token.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn defaults_are_a_local_rehearsal_against_the_mock() {
+        let c = ServerConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.gateway.username, "sellout");
+        assert_eq!(c.gateway.password, "sellout-password");
+        assert_eq!(c.gateway.app_key, "sellout-app-key");
+        assert_eq!(c.gateway.app_secret, "sellout-app-secret");
+        assert_eq!(c.stack.redis_pool_size, booking::settings::REDIS_POOL_SIZE);
+        assert_eq!(
+            c.webhook.trust().unwrap().cert_urls,
+            sns::CertUrlPolicy::aws()
+        );
+        assert_eq!(c.effective_settings(), Settings::default());
+    }
+
+    #[test]
+    fn toml_then_flags() {
+        let c = ServerConfig::from_toml(
+            r#"
+            sale = "s1"
+            time_scale = 0.01
+            [[levels]]
+            level = "gold"
+            cap = 3
+            price = "10.00"
+            [stack]
+            kind = "redis"
+            [settings]
+            hold = 1000
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.stack.kind, StackKind::Redis);
+        assert_eq!(c.caps(), vec![(Level::parse("gold").unwrap(), 3)]);
+        assert_eq!(
+            c.effective_settings().hold,
+            std::time::Duration::from_millis(10)
+        );
+        let args = ServeArgs {
+            levels: vec!["a:1:5.00".parse().unwrap(), "b:2:6.00".parse().unwrap()],
+            trust_loopback_sns_port: Some(9090),
+            topic_arns: vec!["arn:x".into()],
+            ..ServeArgs::default()
+        };
+        let mut c2 = c.clone();
+        args.apply(&mut c2);
+        c2.validate().unwrap();
+        assert_eq!(c2.levels.len(), 2);
+        let trust = c2.webhook.trust().unwrap();
+        assert!(trust.cert_urls.check("http://127.0.0.1:9090/x.pem").is_ok());
+        assert!(
+            trust
+                .cert_urls
+                .check("http://127.0.0.1:9091/x.pem")
+                .is_err()
+        );
+        assert!(trust.topics.check("arn:x").is_ok());
+        assert!(trust.topics.check("arn:y").is_err());
+        assert!("gold:x:1".parse::<LevelConfig>().is_err());
+    }
+}

@@ -1,0 +1,24 @@
+//! The booking system as one server, and the ops steps that drive it.
+//!
+//! - [`config`]: [`ServerConfig`] (TOML) and the `serve` flags over it.
+//! - [`build`]: the config becomes a [`booking_api::Stack`] of ports (embedded
+//!   or Redis ledger and coordination; embedded records, queue and outputs for
+//!   now) plus handles on the embedded parts ([`Server`]).
+//! - [`run`]: [`serve`]: the API, the `/ops/` routes and the background loops
+//!   (worker, reconciler, expiry handler, TTL sweep, status refresh) on one
+//!   listener, until shutdown.
+//! - [`ops`]: reset, load-candidates, open, close, status, audit.
+//! - [`admin`]: the `/ops/` HTTP routes over [`ops`].
+//! - [`cli`]: the `booking` binary's subcommands.
+
+pub mod admin;
+pub mod build;
+pub mod cli;
+pub mod config;
+pub mod ops;
+pub mod run;
+
+pub use build::{BuildError, Embedded, Server, build};
+pub use config::{ServeArgs, ServerConfig, StackKind};
+pub use ops::{AuditReport, Invariant};
+pub use run::serve;

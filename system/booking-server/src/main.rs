@@ -1,0 +1,41 @@
+//! `booking`: flags → config → tracing → build → serve until Ctrl-C; or an
+//! ops step against a running instance. See [`booking_server::cli`].
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use booking_server::cli::{Cli, Command};
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<std::process::ExitCode> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let Command::Serve(args) = &cli.command else {
+        let ok = booking_server::cli::run_ops(&cli).await?;
+        return Ok(if ok {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        });
+    };
+    let config = args.load()?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let public_url = config.public_url_or(listener.local_addr()?);
+    let server = booking_server::build(&config, &public_url)
+        .await
+        .context("building the stack")?;
+    booking_server::serve(Arc::new(server), listener, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(std::process::ExitCode::SUCCESS)
+}

@@ -1,0 +1,367 @@
+//! A whole rehearsal in miniature, through the server's HTTP surface only:
+//! the mock gateway on loopback (subscribing the server's webhook), an
+//! embedded stack with a 2 s hold, then reset → load 20 candidates → open →
+//! bookings → some paid (PayNow: callback and webhook), some abandoned → the
+//! reconciler releases the abandoned after the deadline → audit passes, and a
+//! released seat is booked and paid again → audit passes again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use booking::{Level, SaleId, Settings};
+use booking_server::config::{LevelConfig, ServerConfig, StackKind};
+use mock_gateway::payer::{Behaviour, Payer};
+use serde_json::{Value, json};
+
+/// The longest wait for the background loops to settle.
+const SETTLE_MAX: Duration = Duration::from_secs(12);
+
+fn settings() -> Settings {
+    Settings {
+        hold: Duration::from_secs(2),
+        sweep_interval: Duration::from_millis(200),
+        sweep_window: Duration::from_millis(1_200),
+        sweep_budget: Duration::from_secs(1),
+        visibility_timeout: Duration::from_secs(1),
+        status_throttle: Duration::from_millis(100),
+        booking_copy_slack: Duration::from_secs(2),
+        pending_stale_after: Duration::from_secs(1),
+        ..Settings::default()
+    }
+}
+
+struct Harness {
+    base: String,
+    http: reqwest::Client,
+    mock: mock_gateway::Running,
+    stop: tokio::sync::oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Harness {
+    async fn start() -> Harness {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let base = format!("http://{addr}");
+        let mock_config = mock_gateway::Config {
+            webhook_urls: vec![format!("{base}/payment/webhook")],
+            ..mock_gateway::Config::default()
+        };
+        let topic = mock_config.topic_arn.clone();
+        let mock = mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default())
+            .await
+            .unwrap();
+        let mut config = ServerConfig {
+            sale: SaleId::parse("e2e").unwrap(),
+            levels: vec![
+                LevelConfig {
+                    level: Level::parse("gold").unwrap(),
+                    cap: 3,
+                    price: "500.00".into(),
+                },
+                LevelConfig {
+                    level: Level::parse("silver").unwrap(),
+                    cap: 2,
+                    price: "300.00".into(),
+                },
+            ],
+            listen: addr,
+            settings: settings(),
+            key_prefix: "e2e".into(),
+            ..ServerConfig::default()
+        };
+        config.stack.kind = StackKind::Embedded;
+        config.gateway.base_url = mock.url.clone();
+        config.webhook.loopback_sns_port = Some(mock.addr.port());
+        config.webhook.topic_arns = Some(vec![topic]);
+        let server = booking_server::build(&config, &base).await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(booking_server::serve(
+            Arc::new(server),
+            listener,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Harness {
+            base,
+            http: reqwest::Client::new(),
+            mock,
+            stop,
+            served,
+        }
+    }
+
+    async fn post(&self, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self.http.post(format!("{}{path}", self.base));
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn book(&self, candidate: &str, level: &str) -> (u16, Value) {
+        self.post(
+            "/bookings",
+            Some(json!({"candidate": candidate, "level": level})),
+        )
+        .await
+    }
+
+    /// Polls `/ops/status` until `done` holds, at most [`SETTLE_MAX`].
+    async fn settle(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let (code, status) = self.get("/ops/status").await;
+            assert_eq!(code, 200, "{status}");
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                start.elapsed() < SETTLE_MAX,
+                "{what}: not settled after {SETTLE_MAX:?}: {status:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn audit(&self) -> Value {
+        let (code, report) = self
+            .get(&format!("/ops/audit?gateway={}", self.mock.url))
+            .await;
+        assert_eq!(code, 200, "{report}");
+        report
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), self.served)
+            .await
+            .expect("server stops")
+            .unwrap()
+            .unwrap();
+        self.mock.stop().await;
+    }
+}
+
+fn records(status: &Value, level: &str) -> (u64, u64) {
+    let r = &status["records"][level];
+    (
+        r["held"].as_u64().unwrap_or(0),
+        r["paid"].as_u64().unwrap_or(0),
+    )
+}
+
+fn counted(status: &Value, level: &str) -> u64 {
+    status["counters"]["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["level"] == level)
+        .unwrap()["count"]
+        .as_u64()
+        .unwrap()
+}
+
+fn assert_all_passed(report: &Value) {
+    let invariants = report["invariants"].as_array().unwrap();
+    let failed: Vec<&Value> = invariants.iter().filter(|i| i["passed"] != true).collect();
+    assert!(failed.is_empty(), "failed invariants: {failed:#?}");
+    assert_eq!(report["passed"], true);
+    for name in [
+        "admissions_within_cap",
+        "ledger_matches_records",
+        "one_booking_per_candidate",
+        "no_throttling",
+        "dead_letter_queue_empty",
+        "one_email_per_paid",
+        "status_matches_counters",
+        "status_never_showed_full_level_open",
+        "gateway_completed_have_paid_booking",
+        "paid_bookings_completed_at_gateway",
+    ] {
+        assert!(
+            invariants.iter().any(|i| i["name"] == name),
+            "{name} not audited"
+        );
+    }
+}
+
+async fn pay(payer: &Payer, booking: &Value, behaviour: Behaviour) {
+    let url = booking["redirect_url"].as_str().expect("redirect_url");
+    let run = payer.run(url, &behaviour).await.unwrap();
+    if behaviour == Behaviour::PayNow {
+        assert_eq!(run.delivered.len(), 1, "{run:?}");
+        assert_eq!(run.delivered[0].status, Some(200), "{run:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rehearsal_holds_every_invariant_and_releases_abandoned_seats() {
+    let h = Harness::start().await;
+    let payer = Payer::new(Duration::from_secs(10)).unwrap();
+
+    // reset, load, open
+    let (code, reset) = h.post("/ops/reset", None).await;
+    assert_eq!(code, 200, "{reset}");
+    assert_eq!(reset["levels"].as_array().unwrap().len(), 2);
+    let candidates: Vec<String> = (0..20).map(|i| format!("cand-{i:02}")).collect();
+    let (code, loaded) = h
+        .post("/ops/load-candidates", Some(json!(candidates)))
+        .await;
+    assert_eq!(code, 200, "{loaded}");
+    assert_eq!(loaded["read"], 20);
+    assert_eq!(loaded["added"], 20);
+    let (code, _) = h.book("cand-00", "gold").await;
+    assert_eq!(code, 409, "closed before open");
+    let (code, opened) = h.post("/ops/open", None).await;
+    assert_eq!(code, 200, "{opened}");
+    assert_eq!(opened["counters"]["open"], true);
+
+    // bookings: gold has 3 seats, silver 2
+    let mut booked = Vec::new();
+    for (c, level) in [
+        ("cand-00", "gold"),
+        ("cand-01", "gold"),
+        ("cand-02", "gold"),
+        ("cand-04", "silver"),
+        ("cand-05", "silver"),
+    ] {
+        let (code, b) = h.book(c, level).await;
+        assert_eq!(code, 201, "{c}: {b}");
+        assert_eq!(b["status"], "HELD");
+        booked.push(b);
+    }
+    let (code, full) = h.book("cand-03", "gold").await;
+    assert_eq!((code, full["error"].as_str()), (409, Some("level_full")));
+    let (code, again) = h.book("cand-00", "gold").await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(again["outcome"], "already_holding");
+    let (code, stranger) = h.book("stranger", "gold").await;
+    assert_eq!(code, 403, "{stranger}");
+
+    // pay three, abandon two
+    pay(&payer, &booked[0], Behaviour::PayNow).await;
+    pay(&payer, &booked[1], Behaviour::PayNow).await;
+    pay(&payer, &booked[3], Behaviour::PayNow).await;
+    pay(&payer, &booked[2], Behaviour::Abandon).await;
+    pay(&payer, &booked[4], Behaviour::Abandon).await;
+
+    // the worker, then the reconciler after the 2 s deadline
+    let settled = h
+        .settle("abandoned released", |s| {
+            records(s, "gold") == (0, 2)
+                && records(s, "silver") == (0, 1)
+                && counted(s, "gold") == 2
+                && counted(s, "silver") == 1
+                && s["queue"]["visible"] == 0
+                && s["queue"]["in_flight"] == 0
+                && s["emails"] == 3
+        })
+        .await;
+    assert_eq!(settled["dead_letters"], 0);
+    assert_all_passed(&h.audit().await);
+
+    // the released gold seat is booked again, and paid
+    let (code, rebooked) = h.book("cand-03", "gold").await;
+    assert_eq!(code, 201, "{rebooked}");
+    pay(&payer, &rebooked, Behaviour::PayNow).await;
+    let (code, b) = h.book("cand-02", "gold").await;
+    assert_eq!(
+        (code, b["error"].as_str()),
+        (409, Some("level_full")),
+        "{b}"
+    );
+    let settled = h
+        .settle("rebooked seat paid", |s| {
+            records(s, "gold") == (0, 3)
+                && counted(s, "gold") == 3
+                && s["queue"]["in_flight"] == 0
+                && s["queue"]["visible"] == 0
+                && s["emails"] == 4
+        })
+        .await;
+    let gold = settled["document"]["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["level"] == "gold")
+        .unwrap()
+        .clone();
+    assert_eq!(gold["state"], "full", "{gold}");
+    assert_all_passed(&h.audit().await);
+
+    // close, and the CLI's audit surface still answers
+    let (code, closed) = h.post("/ops/close", None).await;
+    assert_eq!(code, 200, "{closed}");
+    assert_eq!(closed["counters"]["open"], false);
+    assert_all_passed(&h.audit().await);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn ops_routes_need_the_admin_token_when_one_is_configured() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let config = ServerConfig {
+        admin_token: Some("s3cret".into()),
+        ..ServerConfig::default()
+    };
+    let server = booking_server::build(&config, &base).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(booking_server::serve(
+        Arc::new(server),
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let http = reqwest::Client::new();
+    let url = format!("{base}/ops/status");
+    assert_eq!(http.get(&url).send().await.unwrap().status().as_u16(), 401);
+    let wrong = http.get(&url).bearer_auth("nope").send().await.unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let right = http.get(&url).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(right.status().as_u16(), 200);
+    let reset = http
+        .post(format!("{base}/ops/reset"))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reset.status().as_u16(), 200);
+    let text = http
+        .post(format!("{base}/ops/load-candidates"))
+        .bearer_auth("s3cret")
+        .body("alice\n# a comment\n\nbob\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(text.status().as_u16(), 200);
+    let loaded: Value = text.json().await.unwrap();
+    assert_eq!(
+        (loaded["read"].as_u64(), loaded["added"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .expect("server stops")
+        .unwrap()
+        .unwrap();
+}
