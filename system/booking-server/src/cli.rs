@@ -9,6 +9,7 @@
 //! booking [--server URL] audit [--gateway URL]  # exit status 1 if an invariant failed
 //! ```
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -113,7 +114,12 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
         .with_context(|| format!("calling {base}"))?;
     let status = resp.status();
     let body: serde_json::Value = resp.json().await.context("reading the answer")?;
-    println!("{}", serde_json::to_string_pretty(&body)?);
+    // a closed pipe (`booking status | head`) is not an error worth a panic
+    let _ = writeln!(
+        std::io::stdout(),
+        "{}",
+        serde_json::to_string_pretty(&body)?
+    );
     if !status.is_success() {
         bail!("{base} answered {status}");
     }

@@ -8,9 +8,10 @@
 //! - the expiry handler (TTL deletions on the change stream → undo);
 //! - the TTL service of the embedded record store: [`EmbeddedRecords::sweep_ttl`]
 //!   every sweep interval, late by design as DynamoDB's is;
-//! - a status refresh: a throttled [`StatusWriter::poke`] every sweep interval,
-//!   so releases (which no request pokes) reach the document and clear the
-//!   full latches.
+//! - a status refresh: a throttled [`StatusWriter::poke`] every throttle window
+//!   (2 s), so the last change of a burst (which the throttle skipped) and
+//!   releases (which no request pokes) reach the document and clear the full
+//!   latches.
 //!
 //! Everything stops when `shutdown` completes: the server stops accepting
 //! and finishes its requests, each loop finishes what it is doing (bounded),
@@ -136,7 +137,10 @@ fn spawn_loops(server: &Arc<Server>, stop: watch::Receiver<bool>) -> JoinSet<()>
         }
     }));
 
+    // Every throttle window, not every sweep: a burst's last admission is
+    // skipped by the throttle, and this trailing poke publishes it.
     let status = server.status.clone();
+    let every = settings.status_throttle.max(Duration::from_millis(10));
     loops.spawn(periodic("status refresh", every, stop, move || {
         let status = status.clone();
         async move {
