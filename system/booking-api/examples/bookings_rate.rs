@@ -1,9 +1,15 @@
 //! How fast `POST /bookings` runs on the embedded stack with the mock gateway
 //! in process: the whole request path (admit → create payment over HTTP at the
 //! mock → attach → booking copy → enqueue → 201) over real loopback sockets.
+//! With `BENCH_STACK=redis` the seat ledger and coordination (admission, the
+//! booking copy, the gateway token, the status latches) are on a private
+//! `redis-server` started for the run (a free loopback port, killed at the
+//! end; `scripts/setup` installs it), with the article's pool of 300
+//! connections; records, queue and outputs stay embedded.
 //!
 //! ```text
 //! cargo run --release -p booking-api --example bookings_rate
+//! BENCH_STACK=redis cargo run --release -p booking-api --example bookings_rate
 //! ```
 //!
 //! Two phases, every booking for a distinct candidate in one level with a cap
@@ -30,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use booking::Settings;
-use common::{TestOptions, TestStack};
+use common::{Backend, TestOptions, TestStack};
 use hdrhistogram::Histogram;
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -77,7 +83,17 @@ async fn post(http: &reqwest::Client, url: &str, candidate: &str) -> (u64, bool)
     (started.elapsed().as_micros() as u64, ok)
 }
 
+/// `BENCH_STACK`: `embedded` (the default) or `redis`.
+fn backend() -> Backend {
+    match std::env::var("BENCH_STACK").as_deref() {
+        Err(_) | Ok("" | "embedded") => Backend::Embedded,
+        Ok("redis") => Backend::Redis,
+        Ok(other) => panic!("BENCH_STACK={other:?}: expected embedded or redis"),
+    }
+}
+
 fn main() {
+    let backend = backend();
     let threads = env_or("BENCH_THREADS", 2) as usize;
     let clients = env_or("BENCH_CLIENTS", 64) as usize;
     let seconds = env_or("BENCH_SECONDS", 10);
@@ -97,9 +113,13 @@ fn main() {
         .build()
         .expect("load runtime");
 
+    let stack = match backend {
+        Backend::Embedded => "embedded stack",
+        Backend::Redis => "ledger + coordination on a private redis-server",
+    };
     println!(
-        "bookings_rate: {} cores on this machine; system runtime {threads} workers, clients on 1; \
-         {candidates} candidates loaded",
+        "bookings_rate ({stack}): {} cores on this machine; system runtime {threads} workers, \
+         clients on 1; {candidates} candidates loaded",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let t = system.block_on(TestStack::start_with(TestOptions {
@@ -107,6 +127,7 @@ fn main() {
         candidates: (0..candidates).map(|i| format!("cand-{i}")).collect(),
         settings: Settings::default(),
         webhooks: false,
+        backend,
         ..TestOptions::default()
     }));
     let url = format!("{}/bookings", t.url);
@@ -162,8 +183,13 @@ fn main() {
         }
         (all, ok, bad, started.elapsed())
     });
+    let with = match backend {
+        Backend::Embedded => "embedded",
+        Backend::Redis => "with Redis",
+    };
     println!(
-        "closed loop, {clients} clients, {:.1} s: {created} created, {failed} not created, {:.0} bookings/s",
+        "closed loop ({with}), {clients} clients, {:.1} s: {created} created, {failed} not created, \
+         {:.0} bookings/s",
         elapsed.as_secs_f64(),
         created as f64 / elapsed.as_secs_f64()
     );
@@ -198,7 +224,7 @@ fn main() {
         (h, ok, bad, late)
     });
     println!(
-        "paced at {rate}/s for {paced_seconds} s: {created} created, {failed} not created, \
+        "paced ({with}) at {rate}/s for {paced_seconds} s: {created} created, {failed} not created, \
          {late} sent more than 5 ms late"
     );
     report("paced latency", &h);

@@ -1,8 +1,10 @@
 //! `POST /bookings` and the small routes, over a real socket, on the embedded
-//! stack with the real bKash adapter against the mock gateway.
+//! stack with the real bKash adapter against the mock gateway; what touches
+//! the ledger and coordination also with both on a private Redis server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -13,16 +15,28 @@ use booking::{Level, PaymentId, RequestToken, Settings};
 use booking_api::BookingCopy;
 use booking_api::bookings::invoice_number;
 use booking_service::worker::AdmissionMessage;
-use common::{FlakyQueue, TestOptions, TestStack, hash};
+use common::{Backend, FlakyQueue, TestOptions, TestStack, hash};
 use serde_json::Value;
 
 fn level(s: &str) -> Level {
     Level::parse(s).unwrap()
 }
 
-#[tokio::test]
-async fn an_admitted_booking_is_held_in_the_ledger_the_copy_and_the_queue() {
-    let t = TestStack::start().await;
+// The ledger and coordination embedded, and on a private Redis server.
+on_both_backends!(
+    an_admitted_booking_is_held_in_the_ledger_the_copy_and_the_queue,
+    a_duplicate_booking_returns_the_live_hold,
+    a_pending_hold_is_returned_as_pending,
+    every_refusal_has_its_own_answer,
+    a_gateway_error_at_create_gives_the_seat_back_before_answering,
+    an_enqueue_failure_gives_the_seat_back_and_drops_the_copy,
+    a_gateway_slower_than_the_deadline_is_503_within_it_and_undone,
+    the_cap_holds_under_200_concurrent_bookings_for_50_seats,
+    status_json_is_built_from_the_counters_then_written_on_admission,
+);
+
+async fn an_admitted_booking_is_held_in_the_ledger_the_copy_and_the_queue(backend: Backend) {
+    let t = TestStack::start_on(backend).await;
     let before = t.stack.clock.now_ms();
     let (status, body, _) = t.book("c-1", "gold").await;
     assert_eq!(status, 201, "{body}");
@@ -67,7 +81,7 @@ async fn an_admitted_booking_is_held_in_the_ledger_the_copy_and_the_queue() {
         assert_eq!(copy.token, hold.token);
         assert_eq!(copy.deadline_ms, deadline_ms);
         assert_eq!(copy.signature, p.signature);
-        let ttl = t.coordination.ttl(&key).unwrap().unwrap();
+        let ttl = t.coordination_ttl(&key).await.unwrap().unwrap();
         let want = t.stack.settings.hold + t.stack.settings.booking_copy_slack;
         assert!(
             ttl <= want && ttl > want - Duration::from_secs(5),
@@ -123,9 +137,8 @@ async fn a_candidate_hash_is_taken_as_it_is() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_duplicate_booking_returns_the_live_hold() {
-    let t = TestStack::start().await;
+async fn a_duplicate_booking_returns_the_live_hold(backend: Backend) {
+    let t = TestStack::start_on(backend).await;
     let (s1, first, _) = t.book("c-3", "gold").await;
     assert_eq!(s1, 201);
     // again, even for another level: the one live hold comes back
@@ -144,9 +157,8 @@ async fn a_duplicate_booking_returns_the_live_hold() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_pending_hold_is_returned_as_pending() {
-    let t = TestStack::start().await;
+async fn a_pending_hold_is_returned_as_pending(backend: Backend) {
+    let t = TestStack::start_on(backend).await;
     let c = hash("c-4");
     let token = RequestToken::parse("someone-else").unwrap();
     let admitted = t
@@ -163,9 +175,9 @@ async fn a_pending_hold_is_returned_as_pending() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn every_refusal_has_its_own_answer() {
+async fn every_refusal_has_its_own_answer(backend: Backend) {
     let t = TestStack::start_with(TestOptions {
+        backend,
         levels: vec![
             ("gold".into(), 1, "500".into()),
             ("silver".into(), 5, "300".into()),
@@ -211,9 +223,9 @@ async fn every_refusal_has_its_own_answer() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_gateway_error_at_create_gives_the_seat_back_before_answering() {
+async fn a_gateway_error_at_create_gives_the_seat_back_before_answering(backend: Backend) {
     let t = TestStack::start_with(TestOptions {
+        backend,
         script: r#"
             [[rule]]
             op = "create"
@@ -248,9 +260,9 @@ async fn a_gateway_error_at_create_gives_the_seat_back_before_answering() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn an_enqueue_failure_gives_the_seat_back_and_drops_the_copy() {
+async fn an_enqueue_failure_gives_the_seat_back_and_drops_the_copy(backend: Backend) {
     let t = TestStack::start_with(TestOptions {
+        backend,
         wrap_queue: Some(FlakyQueue::failing),
         ..TestOptions::default()
     })
@@ -282,9 +294,9 @@ async fn an_enqueue_failure_gives_the_seat_back_and_drops_the_copy() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_gateway_slower_than_the_deadline_is_503_within_it_and_undone() {
+async fn a_gateway_slower_than_the_deadline_is_503_within_it_and_undone(backend: Backend) {
     let t = TestStack::start_with(TestOptions {
+        backend,
         settings: Settings {
             request_deadline: Duration::from_secs(1),
             ..Settings::default()
@@ -307,9 +319,9 @@ async fn a_gateway_slower_than_the_deadline_is_503_within_it_and_undone() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn the_cap_holds_under_200_concurrent_bookings_for_50_seats() {
+async fn the_cap_holds_under_200_concurrent_bookings_for_50_seats(backend: Backend) {
     let t = TestStack::start_with(TestOptions {
+        backend,
         levels: vec![("gold".into(), 50, "500".into())],
         candidates: (0..200).map(|i| format!("c-{i}")).collect(),
         ..TestOptions::default()
@@ -415,9 +427,8 @@ async fn malformed_requests_are_400_and_never_500() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn status_json_is_built_from_the_counters_then_written_on_admission() {
-    let t = TestStack::start().await;
+async fn status_json_is_built_from_the_counters_then_written_on_admission(backend: Backend) {
+    let t = TestStack::start_on(backend).await;
     let (status, body, headers) = t.get("/status.json").await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "application/json");

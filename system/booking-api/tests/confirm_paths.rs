@@ -1,20 +1,24 @@
 //! Confirm paths 1 (browser callback) and 2 (SNS webhook) against the real
 //! mock gateway: signed SNS deliveries, scripted timeouts, forgeries,
-//! duplicates, replays; the embedded stack behind the API.
+//! duplicates, replays; the embedded stack behind the API, and for every test
+//! that goes past the signature checks, the ledger and coordination on a
+//! private Redis server too (all but the one on a manual clock: Redis keeps
+//! its TTLs by its own).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use booking::records::{BookingRecord, Condition, ConfirmPath, RecordStatus, RecordStore};
-use booking::{CandidateHash, Clock, HoldState, Ledger, ManualClock, PaymentId, Settings};
+use booking::{CandidateHash, Clock, HoldState, ManualClock, PaymentId, Settings};
 use booking_api::confirm_paths::load_copy;
 use booking_api::paid_from_copy::held_record;
 use booking_api::{BookingCopy, Stack, WebhookTrust};
-use common::{TestOptions, TestStack, hash};
+use common::{Backend, TestOptions, TestStack, hash};
 use mock_gateway::ScriptSpec;
 use mock_gateway::payer::{ActResult, Behaviour, Payer};
 use mock_gateway::webhooks::{DeliveryRecord, Outcome};
@@ -38,8 +42,12 @@ fn options() -> TestOptions {
     o
 }
 
-async fn start() -> TestStack {
-    start_with(options()).await
+async fn start(backend: Backend) -> TestStack {
+    start_with(TestOptions {
+        backend,
+        ..options()
+    })
+    .await
 }
 
 async fn start_with(o: TestOptions) -> TestStack {
@@ -211,12 +219,31 @@ async fn assert_still_held(t: &TestStack, b: &Booked) {
     );
 }
 
+// The ledger and coordination embedded, and on a private Redis server.
+on_both_backends!(
+    the_callback_marks_a_booking_paid_and_the_later_webhook_sends_no_second_email,
+    a_wrong_or_missing_signature_is_refused_and_changes_nothing,
+    an_unknown_payment_is_refused,
+    a_forged_cancel_on_a_held_booking_changes_nothing,
+    a_forged_cancel_on_a_paid_booking_changes_nothing,
+    a_redirect_delivered_twice_at_once_executes_once,
+    an_execute_timeout_is_recovered_by_the_one_query,
+    an_uncertain_execute_is_left_to_the_reconciler,
+    a_payer_faster_than_the_worker_gets_a_paid_record_from_the_copy,
+    the_webhook_marks_paid_when_the_redirect_never_arrives,
+    the_webhook_before_the_callbacks_answer_wins_and_the_callback_finds_it_paid,
+    the_webhook_writes_paid_from_the_copy_for_a_fast_payer,
+    duplicated_and_replayed_notifications_are_harmless,
+    a_correctly_signed_notification_for_an_unknown_booking_is_answered_200,
+);
+
 // ---------------------------------------------------------------------------
 // Confirm path 1: the callback
 
-#[tokio::test]
-async fn the_callback_marks_a_booking_paid_and_the_later_webhook_sends_no_second_email() {
-    let t = start().await;
+async fn the_callback_marks_a_booking_paid_and_the_later_webhook_sends_no_second_email(
+    backend: Backend,
+) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     let run = payer().run(&b.bkash_url, &Behaviour::PayNow).await.unwrap();
     assert_eq!(run.delivered[0].status, Some(200));
@@ -229,9 +256,8 @@ async fn the_callback_marks_a_booking_paid_and_the_later_webhook_sends_no_second
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_wrong_or_missing_signature_is_refused_and_changes_nothing() {
-    let t = start().await;
+async fn a_wrong_or_missing_signature_is_refused_and_changes_nothing(backend: Backend) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     let url = approve(&b).await;
     let pid = b.payment.as_str();
@@ -252,9 +278,8 @@ async fn a_wrong_or_missing_signature_is_refused_and_changes_nothing() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn an_unknown_payment_is_refused() {
-    let t = start().await;
+async fn an_unknown_payment_is_refused(backend: Backend) {
+    let t = start(backend).await;
     for query in [
         "paymentID=TR0000NOSUCH&status=success&signature=x",
         "paymentID=bad%7Cid&status=success&signature=x",
@@ -293,9 +318,8 @@ async fn an_unknown_payment_is_refused() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_forged_cancel_on_a_held_booking_changes_nothing() {
-    let t = start().await;
+async fn a_forged_cancel_on_a_held_booking_changes_nothing(backend: Backend) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     // the payer has not approved; someone who saw the link types status=cancel
     let query = format!(
@@ -318,9 +342,8 @@ async fn a_forged_cancel_on_a_held_booking_changes_nothing() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_forged_cancel_on_a_paid_booking_changes_nothing() {
-    let t = start().await;
+async fn a_forged_cancel_on_a_paid_booking_changes_nothing(backend: Backend) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     payer().run(&b.bkash_url, &Behaviour::PayNow).await.unwrap();
     assert_paid_once(&t, &b, ConfirmPath::Callback).await;
@@ -339,9 +362,8 @@ async fn a_forged_cancel_on_a_paid_booking_changes_nothing() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_redirect_delivered_twice_at_once_executes_once() {
-    let t = start().await;
+async fn a_redirect_delivered_twice_at_once_executes_once(backend: Backend) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     script(
         &t,
@@ -371,9 +393,8 @@ async fn a_redirect_delivered_twice_at_once_executes_once() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn an_execute_timeout_is_recovered_by_the_one_query() {
-    let t = start().await;
+async fn an_execute_timeout_is_recovered_by_the_one_query(backend: Backend) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     // execute hangs but completes; the notification is lost, so only the
     // callback's query can recover the payment
@@ -392,9 +413,8 @@ async fn an_execute_timeout_is_recovered_by_the_one_query() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn an_uncertain_execute_is_left_to_the_reconciler() {
-    let t = start().await;
+async fn an_uncertain_execute_is_left_to_the_reconciler(backend: Backend) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     // execute hangs and does not complete: the query finds it not completed
     script(
@@ -415,9 +435,8 @@ async fn an_uncertain_execute_is_left_to_the_reconciler() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_payer_faster_than_the_worker_gets_a_paid_record_from_the_copy() {
-    let t = start().await;
+async fn a_payer_faster_than_the_worker_gets_a_paid_record_from_the_copy(backend: Backend) {
+    let t = start(backend).await;
     let b = book(&t, "c-1").await; // the worker has not run
     assert!(record(&t, &b).await.is_none());
     let run = payer().run(&b.bkash_url, &Behaviour::PayNow).await.unwrap();
@@ -465,9 +484,8 @@ async fn a_callback_after_the_deadline_is_refused_without_execute() {
 // ---------------------------------------------------------------------------
 // Confirm path 2: the webhook
 
-#[tokio::test]
-async fn the_webhook_marks_paid_when_the_redirect_never_arrives() {
-    let t = start().await;
+async fn the_webhook_marks_paid_when_the_redirect_never_arrives(backend: Backend) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     payer()
         .run(&b.bkash_url, &Behaviour::PayAndClose)
@@ -485,9 +503,10 @@ async fn the_webhook_marks_paid_when_the_redirect_never_arrives() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn the_webhook_before_the_callbacks_answer_wins_and_the_callback_finds_it_paid() {
-    let t = start().await;
+async fn the_webhook_before_the_callbacks_answer_wins_and_the_callback_finds_it_paid(
+    backend: Backend,
+) {
+    let t = start(backend).await;
     let b = book_held(&t, "c-1").await;
     // execute completes at once but answers only after the callback gave up:
     // the notification arrives while the callback waits
@@ -507,9 +526,8 @@ async fn the_webhook_before_the_callbacks_answer_wins_and_the_callback_finds_it_
     t.stop().await;
 }
 
-#[tokio::test]
-async fn the_webhook_writes_paid_from_the_copy_for_a_fast_payer() {
-    let t = start().await;
+async fn the_webhook_writes_paid_from_the_copy_for_a_fast_payer(backend: Backend) {
+    let t = start(backend).await;
     let b = book(&t, "c-1").await; // no worker
     payer()
         .run(&b.bkash_url, &Behaviour::PayAndClose)
@@ -525,9 +543,8 @@ async fn the_webhook_writes_paid_from_the_copy_for_a_fast_payer() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn duplicated_and_replayed_notifications_are_harmless() {
-    let t = start().await;
+async fn duplicated_and_replayed_notifications_are_harmless(backend: Backend) {
+    let t = start(backend).await;
     let first = book_held(&t, "c-1").await;
     script(
         &t,
@@ -582,7 +599,7 @@ async fn duplicated_and_replayed_notifications_are_harmless() {
 /// A payment completed behind the API's back whose notification is forged
 /// by `forgery`: answered 403, nothing changed.
 async fn forged_notification_is_rejected(forgery: &str) {
-    let t = start().await;
+    let t = start(Backend::Embedded).await;
     let b = book_held(&t, "c-1").await;
     script(
         &t,
@@ -625,7 +642,7 @@ async fn a_spoofed_certificate_url_is_rejected() {
 
 #[tokio::test]
 async fn a_correctly_signed_message_from_another_topic_is_rejected() {
-    let t = start().await;
+    let t = start(Backend::Embedded).await;
     // a second API instance trusting only another topic, subscribed to the
     // mock: the mock's correctly signed confirmation names the wrong topic
     let other = Arc::new(Stack {
@@ -673,9 +690,8 @@ async fn a_correctly_signed_message_from_another_topic_is_rejected() {
     t.stop().await;
 }
 
-#[tokio::test]
-async fn a_correctly_signed_notification_for_an_unknown_booking_is_answered_200() {
-    let t = start().await;
+async fn a_correctly_signed_notification_for_an_unknown_booking_is_answered_200(backend: Backend) {
+    let t = start(backend).await;
     // a payment at the gateway that is not one of our bookings
     let created = t
         .stack
@@ -721,7 +737,7 @@ async fn a_correctly_signed_notification_for_an_unknown_booking_is_answered_200(
 
 #[tokio::test]
 async fn garbage_on_the_webhook_is_rejected() {
-    let t = start().await;
+    let t = start(Backend::Embedded).await;
     for body in ["", "not json", "{}", r#"{"Type":"Notification"}"#] {
         let response = t
             .http

@@ -1,18 +1,25 @@
 //! A whole rehearsal in miniature, through the server's HTTP surface only:
-//! the mock gateway on loopback (subscribing the server's webhook), an
-//! embedded stack with a 2 s hold, then reset → load 20 candidates → open →
-//! bookings → some paid (PayNow: callback and webhook), some abandoned → the
-//! reconciler releases the abandoned after the deadline → audit passes, and a
-//! released seat is booked and paid again → audit passes again.
+//! the mock gateway on loopback (subscribing the server's webhook), a stack
+//! with a 2 s hold, then reset → load 20 candidates → open → bookings → some
+//! paid (PayNow: callback and webhook), some abandoned → the reconciler
+//! releases the abandoned after the deadline → audit passes, and a released
+//! seat is booked and paid again → audit passes again. The rehearsal runs
+//! twice: on the embedded stack, and with the ledger and coordination on a
+//! private `redis-server` (a free loopback port, killed at the end) under a
+//! unique key prefix.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../booking-redis/tests/support/redis_server.rs"]
+mod redis_server;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use booking::{Level, SaleId, Settings};
-use booking_server::config::{LevelConfig, ServerConfig, StackKind};
+use booking_server::config::{LevelConfig, ServerConfig, StackConfig, StackKind};
 use mock_gateway::payer::{Behaviour, Payer};
+use redis_server::RedisServer;
 use serde_json::{Value, json};
 
 /// The longest wait for the background loops to settle.
@@ -41,7 +48,8 @@ struct Harness {
 }
 
 impl Harness {
-    async fn start() -> Harness {
+    /// The mock gateway and a server on `stack`, keys under `key_prefix`.
+    async fn start(stack: StackConfig, key_prefix: &str) -> Harness {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let base = format!("http://{addr}");
@@ -69,10 +77,10 @@ impl Harness {
             ],
             listen: addr,
             settings: settings(),
-            key_prefix: "e2e".into(),
+            stack,
+            key_prefix: key_prefix.into(),
             ..ServerConfig::default()
         };
-        config.stack.kind = StackKind::Embedded;
         config.gateway.base_url = mock.url.clone();
         config.webhook.loopback_sns_port = Some(mock.addr.port());
         config.webhook.topic_arns = Some(vec![topic]);
@@ -213,7 +221,29 @@ async fn pay(payer: &Payer, booking: &Value, behaviour: Behaviour) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rehearsal_holds_every_invariant_and_releases_abandoned_seats() {
-    let h = Harness::start().await;
+    let stack = StackConfig {
+        kind: StackKind::Embedded,
+        ..StackConfig::default()
+    };
+    rehearsal(stack, "e2e").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rehearsal_on_redis_holds_every_invariant_and_releases_abandoned_seats() {
+    let redis = RedisServer::start();
+    let stack = StackConfig {
+        kind: StackKind::Redis,
+        redis_url: redis.url(),
+        redis_pool_size: 16,
+    };
+    rehearsal(stack, &format!("e2e-{:016x}", rand::random::<u64>())).await;
+    drop(redis);
+}
+
+/// Reset → load → open → book → pay some, abandon some → released → audit →
+/// rebook → audit → close → audit, on `stack`.
+async fn rehearsal(stack: StackConfig, key_prefix: &str) {
+    let h = Harness::start(stack, key_prefix).await;
     let payer = Payer::new(Duration::from_secs(10)).unwrap();
 
     // reset, load, open

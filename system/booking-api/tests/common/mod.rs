@@ -1,13 +1,21 @@
-//! The test harness every booking-api integration test shares: an embedded
-//! [`Stack`] (ledger, records, queue, coordination, outputs in process) whose
-//! gateway is a real [`BkashGateway`] talking to a real mock gateway
+//! The test harness every booking-api integration test shares: a [`Stack`]
+//! whose records, queue and outputs are embedded and whose ledger and
+//! coordination are embedded or, with [`Backend::Redis`], on a private
+//! `redis-server` of the stack's own (a free loopback port, a unique key
+//! prefix, killed when the stack is dropped); its gateway is a real
+//! [`BkashGateway`] talking to a real mock gateway
 //! (`mock_gateway::start_local`) over loopback, served by the API's router on
 //! `127.0.0.1:0`.
 //!
 //! ```ignore
 //! let t = TestStack::start().await;                 // defaults below
+//! let t = TestStack::start_on(Backend::Redis).await; // same, on Redis
 //! let (status, body, _) = t.book("c-1", "gold").await;
 //! ```
+//!
+//! A test that should hold on both backends is an `async fn(Backend)` named
+//! in [`on_both_backends!`], which makes an `embedded::<name>` and a
+//! `redis::<name>` test of it.
 //!
 //! Defaults ([`TestOptions::default`]): sale `test-sale`, levels gold (cap 10,
 //! price 500) and silver (cap 10, price 300), candidates `c-0` … `c-99`
@@ -17,6 +25,9 @@
 //! URL and topic trusted by [`Stack::webhook_trust`]).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../../booking-redis/tests/support/redis_server.rs"]
+mod redis_server;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -29,7 +40,7 @@ use booking::clock::{Clock, SystemClock};
 use booking::queue::{
     Message, Queue, QueueDepth, QueueError, ReceiptHandle, Received, SendOutcome,
 };
-use booking::{CandidateHash, Level, SaleId, Settings};
+use booking::{CandidateHash, Coordination, Ledger, Level, SaleId, Settings};
 use booking_api::{Stack, WebhookTrust};
 use booking_bkash::{BkashConfig, BkashGateway, Credentials};
 use booking_embedded::coordination::EmbeddedCoordination;
@@ -37,13 +48,50 @@ use booking_embedded::ledger::EmbeddedLedger;
 use booking_embedded::outputs::{AlertLog, ObjectSink, OutboxMailer};
 use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
 use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
+use booking_redis::{RedisCoordination, RedisLedger};
 use mock_gateway::{Running, ScriptSpec};
+pub use redis_server::RedisServer;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-/// The key prefix of every test stack.
+/// The key prefix of every embedded test stack; a Redis one adds a random
+/// suffix (`test-<16 hex digits>`).
 pub const PREFIX: &str = "test";
+
+/// Where the seat ledger and coordination live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// In process.
+    #[default]
+    Embedded,
+    /// On a private `redis-server` started for the stack.
+    Redis,
+}
+
+/// Makes two tests of each named `async fn(Backend)`: `embedded::<name>` and
+/// `redis::<name>`.
+#[allow(unused_macros)]
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::common::Backend::Embedded).await;
+                }
+            )+
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::common::Backend::Redis).await;
+                }
+            )+
+        }
+    };
+}
 
 /// The mock's default merchant.
 pub fn credentials() -> Credentials {
@@ -87,6 +135,10 @@ pub struct TestOptions {
     pub clock: Arc<dyn Clock>,
     /// Wraps the embedded queue before the stack gets it (a failing double).
     pub wrap_queue: Option<WrapQueue>,
+    /// Where the ledger and coordination live (Redis: a private server, a
+    /// pool of `settings.redis_pool_size`). Redis keeps its TTLs by its own
+    /// clock: a [`ManualClock`](booking::ManualClock) does not move them.
+    pub backend: Backend,
 }
 
 impl Default for TestOptions {
@@ -105,11 +157,12 @@ impl Default for TestOptions {
             webhooks: true,
             clock: Arc::new(SystemClock),
             wrap_queue: None,
+            backend: Backend::Embedded,
         }
     }
 }
 
-/// A running API on an embedded stack, against a running mock gateway.
+/// A running API on a test stack, against a running mock gateway.
 #[derive(Debug)]
 pub struct TestStack {
     /// What every handler shares.
@@ -122,14 +175,20 @@ pub struct TestStack {
     pub addr: SocketAddr,
     /// A client for the API.
     pub http: reqwest::Client,
-    /// The ledger, concretely.
-    pub ledger: Arc<EmbeddedLedger>,
+    /// The ledger (embedded or Redis).
+    pub ledger: Arc<dyn Ledger>,
     /// The queue, concretely (behind `wrap_queue` if any).
     pub queue: Arc<EmbeddedQueue>,
     /// The records, concretely.
     pub records: Arc<EmbeddedRecords>,
-    /// Locks, the booking copy, latches, the gateway token.
-    pub coordination: Arc<EmbeddedCoordination>,
+    /// Locks, the booking copy, latches, the gateway token (embedded or
+    /// Redis).
+    pub coordination: Arc<dyn Coordination>,
+    /// The key prefix (`stack.prefix`).
+    pub prefix: String,
+    /// The private Redis server ([`Backend::Redis`]); killed on drop, after
+    /// the API.
+    pub redis: Option<RedisServer>,
     /// `status.json`.
     pub sink: Arc<ObjectSink>,
     /// Confirmation emails.
@@ -140,6 +199,7 @@ pub struct TestStack {
     pub gateway: Arc<BkashGateway>,
     /// The options it was built with.
     pub options: TestOptions,
+    embedded_coordination: Option<Arc<EmbeddedCoordination>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -148,6 +208,15 @@ impl TestStack {
     /// A stack with [`TestOptions::default`].
     pub async fn start() -> TestStack {
         TestStack::start_with(TestOptions::default()).await
+    }
+
+    /// A stack with [`TestOptions::default`] on `backend`.
+    pub async fn start_on(backend: Backend) -> TestStack {
+        TestStack::start_with(TestOptions {
+            backend,
+            ..TestOptions::default()
+        })
+        .await
     }
 
     /// A stack with `options`: the mock started, the ledger reset to the
@@ -171,7 +240,13 @@ impl TestStack {
 
         let clock = options.clock.clone();
         let settings = options.settings.clone();
-        let ledger = Arc::new(EmbeddedLedger::new());
+        let Backends {
+            ledger,
+            coordination,
+            embedded_coordination,
+            prefix,
+            redis,
+        } = Backends::start(&options, clock.clone()).await;
         let queue = Arc::new(EmbeddedQueue::new(
             clock.clone(),
             QueueConfig::from_settings(&settings),
@@ -180,7 +255,6 @@ impl TestStack {
             clock.clone(),
             RecordsConfig::default(),
         ));
-        let coordination = Arc::new(EmbeddedCoordination::new(clock.clone()));
         let sink = Arc::new(ObjectSink::new(clock.clone()));
         let mailer = Arc::new(OutboxMailer::new());
         let alerts = Arc::new(AlertLog::new());
@@ -190,7 +264,7 @@ impl TestStack {
                 coordination.clone(),
                 clock.clone(),
                 &settings,
-                PREFIX,
+                &prefix,
             )
             .expect("the gateway client builds"),
         );
@@ -209,7 +283,7 @@ impl TestStack {
             .expect("loopback");
         let stack = Arc::new(Stack {
             sale,
-            prefix: PREFIX.into(),
+            prefix: prefix.clone(),
             settings,
             prices,
             public_url: url.clone(),
@@ -252,6 +326,9 @@ impl TestStack {
             queue,
             records,
             coordination,
+            prefix,
+            redis,
+            embedded_coordination,
             sink,
             mailer,
             alerts,
@@ -324,6 +401,25 @@ impl TestStack {
         (status, response.text().await.expect("body"), headers)
     }
 
+    /// The time left to live of a coordination key: `None` if it is absent,
+    /// `Some(None)` if it has no TTL.
+    pub async fn coordination_ttl(&self, key: &str) -> Option<Option<Duration>> {
+        match &self.redis {
+            None => self
+                .embedded_coordination
+                .as_ref()
+                .expect("an embedded coordination")
+                .ttl(key),
+            Some(server) => match redis_command(server.port(), &["PTTL", key]).await {
+                -2 => None,
+                -1 => Some(None),
+                ms => Some(Some(Duration::from_millis(
+                    u64::try_from(ms).expect("PTTL >= 0"),
+                ))),
+            },
+        }
+    }
+
     /// Every message waiting in the queue (received, so now in flight).
     pub async fn drain_queue(&self) -> Vec<Received> {
         let mut all = Vec::new();
@@ -355,7 +451,8 @@ impl TestStack {
             .map_or(0, |l| l.count)
     }
 
-    /// Stops the API and the mock.
+    /// Stops the API and the mock (a Redis server is killed as the stack is
+    /// dropped, after them).
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -363,6 +460,76 @@ impl TestStack {
         let _ = (&mut self.server).await;
         self.mock.stop().await;
     }
+}
+
+/// The ledger and coordination of one stack, and their key prefix.
+struct Backends {
+    ledger: Arc<dyn Ledger>,
+    coordination: Arc<dyn Coordination>,
+    embedded_coordination: Option<Arc<EmbeddedCoordination>>,
+    prefix: String,
+    redis: Option<RedisServer>,
+}
+
+impl Backends {
+    async fn start(options: &TestOptions, clock: Arc<dyn Clock>) -> Backends {
+        match options.backend {
+            Backend::Embedded => {
+                let coordination = Arc::new(EmbeddedCoordination::new(clock));
+                Backends {
+                    ledger: Arc::new(EmbeddedLedger::new()),
+                    coordination: coordination.clone(),
+                    embedded_coordination: Some(coordination),
+                    prefix: PREFIX.into(),
+                    redis: None,
+                }
+            }
+            Backend::Redis => {
+                let server = RedisServer::start();
+                let url = server.url();
+                let pool = options.settings.redis_pool_size;
+                let prefix = format!("{PREFIX}-{:016x}", rand::random::<u64>());
+                let ledger = RedisLedger::connect(&url, pool, &prefix)
+                    .await
+                    .expect("the Redis ledger connects");
+                let coordination = RedisCoordination::connect(&url, pool)
+                    .await
+                    .expect("Redis coordination connects");
+                Backends {
+                    ledger: Arc::new(ledger),
+                    coordination: Arc::new(coordination),
+                    embedded_coordination: None,
+                    prefix,
+                    redis: Some(server),
+                }
+            }
+        }
+    }
+}
+
+/// One command to the Redis server on `port` over a fresh connection; its
+/// integer answer.
+async fn redis_command(port: u16, args: &[&str]) -> i64 {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut request = format!("*{}\r\n", args.len());
+    for a in args {
+        request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to redis-server");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("write to redis-server");
+    let mut line = String::new();
+    BufReader::new(stream)
+        .read_line(&mut line)
+        .await
+        .expect("read from redis-server");
+    line.strip_prefix(':')
+        .and_then(|n| n.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("{args:?}: not an integer reply: {line:?}"))
 }
 
 /// Status, JSON body (or `Null`), headers.

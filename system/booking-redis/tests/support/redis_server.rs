@@ -1,6 +1,8 @@
 //! A `redis-server` of the test's own, on a free loopback port, killed on
-//! drop. Shared by the integration tests and the `admission_rate` example
-//! (`#[path]`-included, so it needs nothing but std).
+//! drop. Shared by booking-redis's integration tests and `admission_rate`
+//! example, booking-api's test harness and `bookings_rate` example, and
+//! booking-server's end-to-end test (`#[path]`-included, so it needs nothing
+//! but std).
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::io::{Read, Write};
