@@ -32,7 +32,7 @@
 //! marks paid. After 2, before 3: PAID without an email, as in `confirm`.
 
 use booking::ledger::{LedgerError, Step};
-use booking::notify::{Alert, Confirmation};
+use booking::notify::Alert;
 use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, WorkerVerdict,
     classify_conflict,
@@ -132,7 +132,7 @@ pub async fn mark_paid_from_copy(
             Ok(()) => {
                 tracing::info!(candidate = %copy.candidate, %payment, ?path,
                     "PAID written from the booking copy (no record yet)");
-                let email = send_email(ports, &paid, trx_id).await;
+                let email = booking_service::confirm::send_confirmation(ports, &paid, trx_id).await;
                 return FromCopy::Won {
                     record: paid,
                     email,
@@ -215,49 +215,6 @@ async fn ledger_mark_paid(ports: ConfirmPorts<'_>, copy: &BookingCopy) -> Ledger
         Ok(Step::Paid) => LedgerMark::AlreadyPaid,
         Ok(Step::NoMatch) => LedgerMark::NoMatch,
         Err(e) => LedgerMark::Failed(e),
-    }
-}
-
-/// The winner's email: latch first, then send (as `confirm`'s winner does).
-async fn send_email(
-    ports: ConfirmPorts<'_>,
-    record: &BookingRecord,
-    trx_id: Option<String>,
-) -> EmailOutcome {
-    match ports
-        .records
-        .mark_emailed(&record.candidate, &record.payment_id)
-        .await
-    {
-        Err(RecordError::ConditionFailed { .. }) => EmailOutcome::AlreadySent,
-        Err(e) => {
-            tracing::error!(candidate = %record.candidate, error = %e, "email latch failed; not sending");
-            EmailOutcome::LatchFailed(e)
-        }
-        Ok(_) => {
-            let confirmation = Confirmation {
-                sale: record.sale.clone(),
-                candidate: record.candidate.clone(),
-                level: record.level.clone(),
-                payment_id: record.payment_id.clone(),
-                trx_id,
-            };
-            match ports.mailer.send(&confirmation).await {
-                Ok(()) => EmailOutcome::Sent,
-                Err(e) => {
-                    let alert = Alert {
-                        kind: "email_failed".into(),
-                        detail: format!("confirmation email failed: {e}"),
-                        candidate: Some(record.candidate.clone()),
-                        payment_id: Some(record.payment_id.clone()),
-                    };
-                    if let Err(e) = ports.alerts.raise(alert).await {
-                        tracing::error!(error = %e, "alert could not be raised");
-                    }
-                    EmailOutcome::SendFailed(e)
-                }
-            }
-        }
     }
 }
 

@@ -273,7 +273,23 @@ async fn after_win(
         }
         LedgerMark::Done | LedgerMark::AlreadyPaid => {}
     }
-    let email = match ports
+    let email = send_confirmation(ports, &record, request.trx_id.clone()).await;
+    MarkPaidOutcome::Won {
+        record,
+        ledger,
+        email,
+    }
+}
+
+/// The winner's email: the record's email latch first (`mark_emailed`), then
+/// the send, so a confirmation goes at most once whoever calls this twice.
+/// Only the winner of a HELD→PAID step may call it.
+pub async fn send_confirmation(
+    ports: ConfirmPorts<'_>,
+    record: &BookingRecord,
+    trx_id: Option<String>,
+) -> EmailOutcome {
+    match ports
         .records
         .mark_emailed(&record.candidate, &record.payment_id)
         .await
@@ -289,7 +305,7 @@ async fn after_win(
                 candidate: record.candidate.clone(),
                 level: record.level.clone(),
                 payment_id: record.payment_id.clone(),
-                trx_id: request.trx_id.clone(),
+                trx_id,
             };
             match ports.mailer.send(&confirmation).await {
                 Ok(()) => EmailOutcome::Sent,
@@ -308,11 +324,6 @@ async fn after_win(
                 }
             }
         }
-    };
-    MarkPaidOutcome::Won {
-        record,
-        ledger,
-        email,
     }
 }
 
