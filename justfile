@@ -16,6 +16,10 @@ gateway *ARGS:
 test *ARGS:
     scripts/test {{ARGS}}
 
+# Run a booking instance (API + background loops) against a gateway; `just booking --help` for flags.
+booking *ARGS:
+    cargo run --release -p booking-server -- {{ARGS}}
+
 # Format the code.
 fmt:
     cargo fmt --all
@@ -34,6 +38,7 @@ ci:
 bench:
     cargo bench -p mock-gateway --bench round_trip
     cargo run --release -p booking-redis --example admission_rate
+    cargo run --release -p booking-api --example bookings_rate
 
 # API docs for every crate.
 doc:
