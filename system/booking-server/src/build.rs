@@ -90,14 +90,40 @@ pub fn instance_id(prefix: &str) -> String {
 /// Builds the stack `config` describes, serving under `public_url`. Connects
 /// to Redis when asked (the gateway is contacted lazily, on the first call).
 pub async fn build(config: &ServerConfig, public_url: &str) -> Result<Server, BuildError> {
+    build_with(config, public_url, None).await
+}
+
+/// Builds another instance of `first`'s fleet, serving under `public_url`:
+/// in one process, the embedded parts (ledger and coordination too, on the
+/// embedded stack) are `first`'s own, so the instances share one sale as
+/// separate processes share one Redis and one AWS account. On Redis, the
+/// ledger and coordination are new connections to the same server. Each
+/// instance keeps its own id, status writer, gateway client and token cache
+/// reader, as separate processes would.
+pub async fn build_sharing(
+    config: &ServerConfig,
+    public_url: &str,
+    first: &Server,
+) -> Result<Server, BuildError> {
+    build_with(config, public_url, Some(first)).await
+}
+
+async fn build_with(
+    config: &ServerConfig,
+    public_url: &str,
+    first: Option<&Server>,
+) -> Result<Server, BuildError> {
     config.validate()?;
     let settings = config.effective_settings();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (ledger, coordination): (Arc<dyn Ledger>, Arc<dyn Coordination>) = match config.stack.kind {
-        StackKind::Embedded => (
-            Arc::new(EmbeddedLedger::new()),
-            Arc::new(EmbeddedCoordination::new(clock.clone())),
-        ),
+        StackKind::Embedded => match first {
+            Some(f) => (f.stack.ledger.clone(), f.stack.coordination.clone()),
+            None => (
+                Arc::new(EmbeddedLedger::new()),
+                Arc::new(EmbeddedCoordination::new(clock.clone())),
+            ),
+        },
         StackKind::Redis => {
             let url = &config.stack.redis_url;
             let pool = config.stack.redis_pool_size;
@@ -107,18 +133,21 @@ pub async fn build(config: &ServerConfig, public_url: &str) -> Result<Server, Bu
             )
         }
     };
-    let embedded = Embedded {
-        records: Arc::new(EmbeddedRecords::new(
-            clock.clone(),
-            RecordsConfig::default(),
-        )),
-        queue: Arc::new(EmbeddedQueue::new(
-            clock.clone(),
-            QueueConfig::from_settings(&settings),
-        )),
-        mailer: Arc::new(OutboxMailer::new()),
-        alerts: Arc::new(AlertLog::new()),
-        sink: Arc::new(ObjectSink::new(clock.clone())),
+    let embedded = match first {
+        Some(f) => f.embedded.clone(),
+        None => Embedded {
+            records: Arc::new(EmbeddedRecords::new(
+                clock.clone(),
+                RecordsConfig::default(),
+            )),
+            queue: Arc::new(EmbeddedQueue::new(
+                clock.clone(),
+                QueueConfig::from_settings(&settings),
+            )),
+            mailer: Arc::new(OutboxMailer::new()),
+            alerts: Arc::new(AlertLog::new()),
+            sink: Arc::new(ObjectSink::new(clock.clone())),
+        },
     };
     let g = &config.gateway;
     let gateway = BkashGateway::connect(

@@ -18,7 +18,7 @@ pub mod config;
 pub mod ops;
 pub mod run;
 
-pub use build::{BuildError, Embedded, Server, build};
+pub use build::{BuildError, Embedded, Server, build, build_sharing};
 pub use config::{ServeArgs, ServerConfig, StackKind};
 pub use ops::{AuditReport, Invariant};
 pub use run::serve;

@@ -1,0 +1,241 @@
+//! `report.json`: what one rehearsal run did and whether it went right.
+//!
+//! The scenarios crate fills a [`Report`]; this crate writes it and renders
+//! it (HTML, Markdown) and compares two of them. Times inside a run are
+//! milliseconds since the run started (`t_ms`), so two runs line up.
+//! Every field is plain data; unknown fields in an older file are ignored
+//! and missing optional ones default, so older reports still render.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The schema version this crate writes.
+pub const SCHEMA: u32 = 1;
+
+/// One rehearsal run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA`] when written.
+    pub schema: u32,
+    /// `<UTC timestamp>-<seed>`, also the run folder's name.
+    pub run_id: String,
+    /// The profile's name (its file stem, or `default`).
+    pub profile_name: String,
+    /// The profile as run, after command-line overrides (opaque here).
+    pub profile: serde_json::Value,
+    /// The seed everything random was drawn from.
+    pub seed: u64,
+    /// `embedded`, `redis`, `aws` or `target`.
+    pub stack: String,
+    /// Versions of what ran: crate versions, git commit, rustc, host.
+    #[serde(default)]
+    pub versions: BTreeMap<String, String>,
+    /// Wall-clock start, RFC 3339 UTC.
+    pub started_at: String,
+    /// Wall-clock end, RFC 3339 UTC.
+    pub finished_at: String,
+    /// Whether every invariant held.
+    pub passed: bool,
+    /// The run's phases in order.
+    pub phases: Vec<Phase>,
+    /// What the load generator did.
+    pub load: LoadFigures,
+    /// What happened to the seats.
+    pub sale: SaleFigures,
+    /// The admission queue.
+    pub queue: QueueFigures,
+    /// Each invariant and threshold, checked after quiescence.
+    pub invariants: Vec<InvariantResult>,
+    /// Faults injected (empty in a plain rehearsal).
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+    /// Samples over time, about one per second, for the plots.
+    #[serde(default)]
+    pub timeline: Vec<Sample>,
+    /// Other files of the run folder (goose's own reports, logs), by name.
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+impl Report {
+    /// The invariants that failed.
+    pub fn failed(&self) -> impl Iterator<Item = &InvariantResult> {
+        self.invariants.iter().filter(|i| !i.passed)
+    }
+
+    /// The invariant called `name`.
+    pub fn invariant(&self, name: &str) -> Option<&InvariantResult> {
+        self.invariants.iter().find(|i| i.name == name)
+    }
+}
+
+/// One phase: `setup`, `rush`, `late`, `settle`, `audit`, …
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    /// Its name.
+    pub name: String,
+    /// Start, ms since the run started.
+    pub start_ms: u64,
+    /// End, ms since the run started.
+    pub end_ms: u64,
+}
+
+/// The load generator's figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadFigures {
+    /// HTTP requests made, all transactions.
+    pub requests: u64,
+    /// Of which answered 5xx or not answered at all.
+    pub server_errors: u64,
+    /// The rush's intended arrival rate, bookings/s.
+    pub target_rate: f64,
+    /// The rate bookings actually started at during the rush, bookings/s.
+    pub achieved_rate: f64,
+    /// Arrivals scheduled (rush and late).
+    pub arrivals_scheduled: u64,
+    /// Arrivals started.
+    pub arrivals_started: u64,
+    /// Arrivals never started (no user free before the run ended).
+    pub arrivals_dropped: u64,
+    /// Arrivals started more than the lateness allowance after their intended time.
+    pub arrivals_late: u64,
+    /// Latency per transaction, measured from each arrival's intended start.
+    pub transactions: Vec<TransactionFigures>,
+}
+
+/// Latency of one transaction (`booking`, `checkout`, `callback`, …), ms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransactionFigures {
+    /// The transaction.
+    pub name: String,
+    /// How many completed.
+    pub count: u64,
+    /// Of which failed (transport error or unexpected answer).
+    pub errors: u64,
+    /// Mean.
+    pub mean_ms: f64,
+    /// 50th percentile.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// 99.9th percentile.
+    pub p999_ms: f64,
+    /// Maximum.
+    pub max_ms: f64,
+}
+
+/// The sale's figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SaleFigures {
+    /// Seats in all.
+    pub seats: u64,
+    /// Per level, at the end.
+    pub levels: Vec<LevelFigures>,
+    /// Holds created (201 answers).
+    pub holds_created: u64,
+    /// Bookings marked PAID, by confirm path (`callback`, `webhook`,
+    /// `fast_payer`, `reconciler`).
+    pub paid_by_path: BTreeMap<String, u64>,
+    /// Holds released (expired, cancelled, failed).
+    pub released: u64,
+    /// Holds extended by the reconciler.
+    pub extended: u64,
+    /// Seats sold again after a release.
+    pub resold: u64,
+    /// Alerts raised.
+    pub alerts: u64,
+    /// Confirmation emails sent.
+    pub emails: u64,
+}
+
+/// One level at the end of the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LevelFigures {
+    /// The level.
+    pub level: String,
+    /// Its cap.
+    pub cap: u64,
+    /// Seats counted by the ledger (held + paid).
+    pub taken: u64,
+    /// PAID bookings.
+    pub paid: u64,
+}
+
+/// The admission queue's figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueFigures {
+    /// Age of the oldest queued message, the most seen during the run, ms.
+    pub oldest_age_max_ms: u64,
+    /// Messages in the dead-letter queue at the end.
+    pub dead_letters: u64,
+}
+
+/// One checked invariant or threshold: passed iff the figure is within it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InvariantResult {
+    /// Its name (stable: CI and tests refer to it).
+    pub name: String,
+    /// Whether it held.
+    pub passed: bool,
+    /// The measured figure.
+    pub figure: f64,
+    /// The threshold the figure was held to.
+    pub threshold: f64,
+    /// The figure's unit (`count`, `ms`, `%`, `bookings/s`).
+    #[serde(default)]
+    pub unit: String,
+    /// `at_most` or `at_least`: which side of the threshold passes.
+    #[serde(default = "at_most")]
+    pub bound: String,
+    /// The first violations, for a human.
+    #[serde(default)]
+    pub detail: String,
+}
+
+fn at_most() -> String {
+    "at_most".to_owned()
+}
+
+/// A fault injected during the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    /// When it started, ms since the run started.
+    pub at_ms: u64,
+    /// How long it lasted, ms (0: instantaneous).
+    pub duration_ms: u64,
+    /// What (`latency`, `error`, `kill`, `gateway:timeout`, …).
+    pub what: String,
+    /// Where (`ledger`, `records`, `gateway`, `instance-1`, …).
+    pub target: String,
+    /// What it caused (retries, extensions, alerts, DLQ messages).
+    #[serde(default)]
+    pub effect: String,
+}
+
+/// One sample of the run, about once per second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// When, ms since the run started.
+    pub t_ms: u64,
+    /// Bookings started in the last interval, per second.
+    pub bookings_per_s: f64,
+    /// All requests in the last interval, per second.
+    pub requests_per_s: f64,
+    /// Booking latency in the last interval, ms (from intended start).
+    pub p50_ms: f64,
+    /// Booking latency in the last interval, ms.
+    pub p99_ms: f64,
+    /// Holds live now.
+    pub holds: u64,
+    /// PAID bookings so far.
+    pub paid: u64,
+    /// Holds released so far.
+    pub released: u64,
+    /// Seats left per level now.
+    pub seats_left: BTreeMap<String, u64>,
+    /// Age of the oldest queued message now, ms.
+    pub queue_age_ms: u64,
+}
