@@ -1,0 +1,3 @@
+//! The rehearsal (SPEC §4).
+
+pub mod load;

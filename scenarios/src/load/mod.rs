@@ -1,0 +1,1 @@
+//! The open-model load engine over goose.
