@@ -220,6 +220,33 @@ mod tests {
 
     use super::*;
 
+    /// Real SNS certificates are at `https://sns.<region>.amazonaws.com/…`:
+    /// the client must speak TLS. A client built without TLS refuses an
+    /// `https` URL before connecting (a builder error); ours connects and
+    /// fails the handshake against a peer that is not a TLS server.
+    #[tokio::test]
+    async fn the_certificate_fetcher_speaks_tls() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let peer = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\n\r\nnot tls").await;
+        });
+        let delivery = SnsDelivery::new();
+        let err = delivery
+            .http
+            .as_ref()
+            .unwrap()
+            .get(format!("https://127.0.0.1:{port}/SimpleNotificationService-x.pem"))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(!err.is_builder(), "https refused before connecting: {err:?}");
+        assert!(err.is_connect(), "expected a failed TLS handshake: {err:?}");
+        peer.await.unwrap();
+    }
+
     fn trust() -> WebhookTrust {
         WebhookTrust {
             cert_urls: sns::CertUrlPolicy::none()

@@ -161,6 +161,15 @@ impl Ledger for EmbeddedLedger {
         Ok(self.read(sale, |m| m.stale_pending(admitted_before_ms, limit)))
     }
 
+    async fn stale_held(
+        &self,
+        sale: &SaleId,
+        deadline_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(CandidateHash, Hold)>, LedgerError> {
+        Ok(self.read(sale, |m| m.stale_held(deadline_before_ms, limit)))
+    }
+
     async fn counters(&self, sale: &SaleId) -> Result<Counters, LedgerError> {
         Ok(self.read(sale, Model::counters))
     }

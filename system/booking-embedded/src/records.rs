@@ -478,6 +478,17 @@ impl RecordStore for EmbeddedRecords {
         })
     }
 
+    async fn clear_query_failures(
+        &self,
+        candidate: &CandidateHash,
+        payment_id: &PaymentId,
+    ) -> Result<BookingRecord, RecordError> {
+        self.update(candidate, held_with(payment_id), |r| BookingRecord {
+            query_failures: 0,
+            ..r
+        })
+    }
+
     async fn delete(
         &self,
         candidate: &CandidateHash,

@@ -297,6 +297,19 @@ async fn extend_moves_deadline_and_ttl_and_counts_while_held() {
     let once = s.note_query_failure(&cand("x"), &pay("P1")).await.unwrap();
     let twice = s.note_query_failure(&cand("x"), &pay("P1")).await.unwrap();
     assert_eq!((once.query_failures, twice.query_failures), (1, 2));
+    let cleared = s
+        .clear_query_failures(&cand("x"), &pay("P1"))
+        .await
+        .unwrap();
+    assert_eq!(cleared.query_failures, 0);
+    let err = s
+        .clear_query_failures(&cand("x"), &pay("P2"))
+        .await
+        .unwrap_err();
+    assert_eq!(current_of(err), Some(cleared), "guarded by the payment");
+    let once = s.note_query_failure(&cand("x"), &pay("P1")).await.unwrap();
+    let twice = s.note_query_failure(&cand("x"), &pay("P1")).await.unwrap();
+    assert_eq!((once.query_failures, twice.query_failures), (1, 2));
 
     let new_deadline = T0 + 2 * HOLD_MS + 1;
     let extended = s

@@ -37,16 +37,17 @@ impl KeyPrefix {
     }
 }
 
-/// The names of one sale's seven keys, in the order every ledger script takes
-/// them as `KEYS[1..7]`.
-pub(crate) const SALE_KEY_NAMES: [&str; 7] = [
-    "open", "levels", "counts", "eligible", "holds", "paid", "pending",
+/// The names of one sale's eight keys, in the order every ledger script takes
+/// them as `KEYS[1..8]`. `pending` orders pending holds by admission time,
+/// `held` orders held holds by deadline (both sorted sets).
+pub(crate) const SALE_KEY_NAMES: [&str; 8] = [
+    "open", "levels", "counts", "eligible", "holds", "paid", "pending", "held",
 ];
 
 /// One sale's keys: `<prefix>:{sale:<sale-id>}:<name>` for each of
 /// [`SALE_KEY_NAMES`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SaleKeys([String; 7]);
+pub(crate) struct SaleKeys([String; 8]);
 
 impl SaleKeys {
     pub(crate) fn new(prefix: &KeyPrefix, sale: &SaleId) -> SaleKeys {
@@ -54,8 +55,8 @@ impl SaleKeys {
         SaleKeys(SALE_KEY_NAMES.map(|name| format!("{}:{{sale:{sale}}}:{name}", prefix.as_str())))
     }
 
-    /// All seven, in script order.
-    pub(crate) fn all(&self) -> &[String; 7] {
+    /// All eight, in script order.
+    pub(crate) fn all(&self) -> &[String; 8] {
         &self.0
     }
 

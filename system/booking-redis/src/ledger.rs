@@ -370,6 +370,46 @@ impl Ledger for RedisLedger {
         Ok(stale)
     }
 
+    async fn stale_held(
+        &self,
+        sale: &SaleId,
+        deadline_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(CandidateHash, Hold)>, LedgerError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut call = self.call(&self.scripts.stale_held, sale);
+        call.arg(deadline_before_ms)
+            .arg(i64::try_from(limit).unwrap_or(i64::MAX));
+        let flat = array(self.run(&call).await?)?;
+        if flat.len() % 2 != 0 || flat.len() / 2 > limit {
+            return Err(LedgerError::Corrupt(format!(
+                "stale held answer of {} items for a limit of {limit}",
+                flat.len()
+            )));
+        }
+        let mut stale = Vec::with_capacity(flat.len() / 2);
+        let mut flat = flat.into_iter();
+        while let (Some(candidate), Some(hold)) = (flat.next(), flat.next()) {
+            let candidate = text(candidate)?;
+            let candidate = CandidateHash::parse(&candidate)
+                .map_err(|_| LedgerError::Corrupt(format!("unreadable candidate {candidate:?}")))?;
+            let hold = read_hold(&text(hold)?)?;
+            // the held set lists held holds only: assert after the read
+            match hold.state {
+                HoldState::Held { deadline_ms, .. } if deadline_ms <= deadline_before_ms => {}
+                _ => {
+                    return Err(LedgerError::Corrupt(format!(
+                        "held set lists {candidate} whose hold is {hold:?}"
+                    )));
+                }
+            }
+            stale.push((candidate, hold));
+        }
+        Ok(stale)
+    }
+
     async fn counters(&self, sale: &SaleId) -> Result<Counters, LedgerError> {
         let call = self.call(&self.scripts.counters, sale);
         let answer = array(self.run(&call).await?)?;

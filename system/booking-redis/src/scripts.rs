@@ -30,6 +30,7 @@ pub(crate) struct Scripts {
     pub(crate) extend: Script,
     pub(crate) counters: Script,
     pub(crate) stale_pending: Script,
+    pub(crate) stale_held: Script,
 }
 
 impl Scripts {
@@ -46,10 +47,11 @@ impl Scripts {
             extend: script!("extend.lua"),
             counters: script!("counters.lua"),
             stale_pending: script!("stale_pending.lua"),
+            stale_held: script!("stale_held.lua"),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 11] {
+    pub(crate) fn all(&self) -> [&Script; 12] {
         [
             &self.reset,
             &self.load_candidates,
@@ -62,6 +64,7 @@ impl Scripts {
             &self.extend,
             &self.counters,
             &self.stale_pending,
+            &self.stale_held,
         ]
     }
 }

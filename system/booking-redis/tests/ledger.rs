@@ -316,6 +316,66 @@ async fn stale_pending_is_oldest_first_then_by_candidate_and_limited_on_redis() 
     both!(stale_pending_is_oldest_first_then_by_candidate_and_limited);
 }
 
+async fn stale_held_is_earliest_deadline_first_and_follows_every_step(l: &dyn Ledger) {
+    let cs = open_sale(l, 10, &["a", "b", "c", "d", "e"]).await;
+    let s = sale_id();
+    for (i, c) in cs.iter().enumerate() {
+        l.admit(&s, c, &level("a"), &token("t"), 1).await.unwrap();
+        let p = pay(&format!("P{i}"));
+        // a: 50, b: 30, c: 50, d: 90, e: 40
+        let deadline = [50, 30, 50, 90, 40][i];
+        assert_eq!(
+            l.attach_payment(&s, c, &token("t"), &p, deadline)
+                .await
+                .unwrap(),
+            Step::Done
+        );
+    }
+    let names = |v: Vec<(CandidateHash, Hold)>| v.into_iter().map(|(c, _)| c).collect::<Vec<_>>();
+    let mut ac = vec![cs[0].clone(), cs[2].clone()];
+    ac.sort();
+    let want: Vec<_> = [cs[1].clone(), cs[4].clone()]
+        .into_iter()
+        .chain(ac)
+        .collect();
+    let stale = l.stale_held(&s, 50, 10).await.unwrap();
+    assert_eq!(names(stale.clone()), want);
+    assert_eq!(
+        stale[0].1.state,
+        HoldState::Held {
+            payment_id: pay("P1"),
+            deadline_ms: 30
+        }
+    );
+    assert_eq!(l.stale_held(&s, 50, 2).await.unwrap(), stale[..2].to_vec());
+    assert!(l.stale_held(&s, 50, 0).await.unwrap().is_empty());
+    assert!(l.stale_held(&s, 29, 10).await.unwrap().is_empty());
+    // a pending hold is never listed
+    assert!(l.stale_pending(&s, u64::MAX, 10).await.unwrap().is_empty());
+    // extend moves b after the others; release drops e; paid drops a
+    assert_eq!(
+        l.extend(&s, &cs[1], &pay("P1"), 95).await.unwrap(),
+        Step::Done
+    );
+    assert_eq!(l.release(&s, &cs[4], &pay("P4")).await.unwrap(), Step::Done);
+    assert_eq!(
+        l.mark_paid(&s, &cs[0], &pay("P0")).await.unwrap(),
+        Step::Done
+    );
+    assert_eq!(
+        names(l.stale_held(&s, u64::MAX, 10).await.unwrap()),
+        vec![cs[2].clone(), cs[3].clone(), cs[1].clone()]
+    );
+    // a reset forgets them all
+    l.reset(&s, &[(level("a"), 10)]).await.unwrap();
+    assert!(l.stale_held(&s, u64::MAX, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn stale_held_is_earliest_deadline_first_and_follows_every_step_on_redis() {
+    both!(stale_held_is_earliest_deadline_first_and_follows_every_step);
+}
+
 async fn an_unknown_sale_is_closed_and_refuses_every_step(l: &dyn Ledger) {
     let (s, c) = (
         SaleId::parse("never-reset").unwrap(),

@@ -93,6 +93,10 @@ enum Op {
         back_ms: u64,
         limit: usize,
     },
+    StaleHeld {
+        deadline_ms: u64,
+        limit: usize,
+    },
     Hold {
         c: usize,
     },
@@ -146,6 +150,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::SetOpen(false)),
         3 => proptest::collection::vec(0..CANDIDATES, 0..=CANDIDATES).prop_map(Op::Load),
         5 => (0..6u64, 0..4usize).prop_map(|(back_ms, limit)| Op::Stale { back_ms, limit }),
+        5 => (0..220u64, 0..4usize)
+            .prop_map(|(deadline_ms, limit)| Op::StaleHeld { deadline_ms, limit }),
         3 => c.clone().prop_map(|c| Op::Hold { c }),
         3 => c.prop_map(|c| Op::Paid { c }),
         1 => Just(Op::Reset),
@@ -273,6 +279,7 @@ enum Call {
     SetOpen(bool),
     Load(Vec<CandidateHash>),
     Stale(u64, usize),
+    StaleHeld(u64, usize),
     Hold(CandidateHash),
     Paid(CandidateHash),
     Reset(Vec<(Level, u32)>),
@@ -319,6 +326,7 @@ impl Pools {
             Op::SetOpen(open) => Call::SetOpen(open),
             Op::Load(ref cs) => Call::Load(cs.iter().map(|i| cand(*i)).collect()),
             Op::Stale { back_ms, limit } => Call::Stale(now_ms.saturating_sub(back_ms), limit),
+            Op::StaleHeld { deadline_ms, limit } => Call::StaleHeld(deadline_ms, limit),
             Op::Hold { c } => Call::Hold(cand(c)),
             Op::Paid { c } => Call::Paid(cand(c)),
             Op::Reset => Call::Reset(self.levels.clone()),
@@ -345,6 +353,7 @@ fn on_model(m: &mut Model, call: &Call) -> Answer {
         }
         Call::Load(cs) => Answer::New(m.load_candidates(cs)),
         Call::Stale(before_ms, limit) => Answer::Stale(m.stale_pending(*before_ms, *limit)),
+        Call::StaleHeld(before_ms, limit) => Answer::Stale(m.stale_held(*before_ms, *limit)),
         Call::Hold(c) => Answer::Hold(m.holds.get(c).cloned()),
         Call::Paid(c) => Answer::Paid(m.paid.get(c).map(|(_, p)| p.clone())),
         Call::Reset(levels) => {
@@ -375,6 +384,9 @@ async fn on_ledger(l: &dyn Ledger, call: &Call) -> Answer {
             Answer::Done
         }
         Call::Load(cs) => Answer::New(l.load_candidates(&s, cs).await.unwrap()),
+        Call::StaleHeld(before_ms, limit) => {
+            Answer::Stale(l.stale_held(&s, *before_ms, *limit).await.unwrap())
+        }
         Call::Stale(before_ms, limit) => {
             Answer::Stale(l.stale_pending(&s, *before_ms, *limit).await.unwrap())
         }

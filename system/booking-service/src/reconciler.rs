@@ -6,11 +6,18 @@
 //!
 //! 1. undoes stale pending admissions (requests that died before their hold
 //!    was enqueued), by request token;
-//! 2. takes HELD records of the sale whose deadline is within the sweep
+//! 2. re-creates the HELD record of every ledger hold whose deadline passed
+//!    more than `booking_copy_slack` ago and that has no record at all (its
+//!    admission message was dead-lettered, so no worker will ever write it):
+//!    without this, nothing would ever release that seat. The record gets the
+//!    hold's deadline (so step 4 decides it now, on a gateway query like any
+//!    other) and a TTL one hold later than now (so the safety net does not
+//!    release it before the reconciler has asked the gateway);
+//! 3. takes HELD records of the sale whose deadline is within the sweep
 //!    window or past;
-//! 3. handles them most overdue first, `sweep_concurrency` at a time, and
+//! 4. handles them most overdue first, `sweep_concurrency` at a time, and
 //!    starts no new one once `sweep_budget` has passed;
-//! 4. queries the gateway for each and acts on [`decide`]: completed → PAID
+//! 5. queries the gateway for each and acts on [`decide`]: completed → PAID
 //!    through [`crate::confirm::mark_paid`]; cancelled/failed, or not
 //!    completed after the deadline → payment-guarded ledger release, then a
 //!    conditional delete of the record; pending before the deadline → leave;
@@ -29,10 +36,10 @@ use std::time::Duration;
 use booking::clock::Clock;
 use booking::coordination::{Coordination, keys};
 use booking::gateway::{GatewayError, GatewayPaymentState, PaymentGateway, PaymentStatus};
-use booking::ledger::{Ledger, Step};
+use booking::ledger::{HoldState, Ledger, Step};
 use booking::notify::{Alert, Alerts, Mailer};
 use booking::records::{
-    BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
+    BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, ttl_for_deadline,
 };
 use booking::{SaleId, Settings};
 use serde::{Deserialize, Serialize};
@@ -201,6 +208,8 @@ pub struct SweepReport {
     pub leader: bool,
     /// Stale pending admissions undone.
     pub pending_undone: u64,
+    /// Records re-created for held holds that had none.
+    pub orphans_recovered: u64,
     /// Due records found.
     pub due: u64,
     /// Due records handled (the rest waited for the budget).
@@ -227,6 +236,7 @@ struct Totals {
     sweeps: AtomicU64,
     not_leader: AtomicU64,
     pending_undone: AtomicU64,
+    orphans_recovered: AtomicU64,
     started: AtomicU64,
     paid: AtomicU64,
     released: AtomicU64,
@@ -245,6 +255,7 @@ pub struct ReconcilerCounts {
     pub sweeps: u64,
     pub not_leader: u64,
     pub pending_undone: u64,
+    pub orphans_recovered: u64,
     pub started: u64,
     pub paid: u64,
     pub released: u64,
@@ -295,6 +306,7 @@ impl Reconciler {
             sweeps: g(&t.sweeps),
             not_leader: g(&t.not_leader),
             pending_undone: g(&t.pending_undone),
+            orphans_recovered: g(&t.orphans_recovered),
             started: g(&t.started),
             paid: g(&t.paid),
             released: g(&t.released),
@@ -408,7 +420,10 @@ impl Reconciler {
             }
         }
 
-        // (2) due records of this sale, (3) most overdue first
+        // (2) held holds with no record at all
+        self.recover_orphans(now_ms, &mut report).await;
+
+        // (3) due records of this sale, (4) most overdue first
         let window_end = now_ms.saturating_add(settings.sweep_window.as_millis() as u64);
         let mut due = match self
             .ports
@@ -432,7 +447,7 @@ impl Reconciler {
         });
         report.due = due.len() as u64;
 
-        // (4) SWEEP_CONCURRENCY at a time, no new start after the budget
+        // (5) SWEEP_CONCURRENCY at a time, no new start after the budget
         let concurrency = settings.sweep_concurrency.max(1);
         let mut running: JoinSet<Done> = JoinSet::new();
         let mut deferred = 0u64;
@@ -471,10 +486,81 @@ impl Reconciler {
         report
     }
 
+    /// Step 2: a HELD record for every held hold past its deadline by more
+    /// than `booking_copy_slack` that has no record. A record of another
+    /// payment or sale is left to its own path.
+    async fn recover_orphans(&self, now_ms: u64, report: &mut SweepReport) {
+        let settings = &self.config.settings;
+        let sale = &self.config.sale;
+        let before = now_ms.saturating_sub(settings.booking_copy_slack.as_millis() as u64);
+        let stale = match self
+            .ports
+            .ledger
+            .stale_held(sale, before, self.config.pending_limit)
+            .await
+        {
+            Ok(stale) => stale,
+            Err(e) => {
+                tracing::warn!(error = %e, "stale held scan failed");
+                report.errors += 1;
+                return;
+            }
+        };
+        let hold_ms = settings.hold.as_millis() as u64;
+        for (candidate, hold) in stale {
+            let HoldState::Held {
+                payment_id,
+                deadline_ms,
+            } = hold.state
+            else {
+                continue;
+            };
+            match self.ports.records.get(&candidate, true).await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "record read failed; next sweep retries");
+                    report.errors += 1;
+                    continue;
+                }
+            }
+            let record = BookingRecord {
+                candidate: candidate.clone(),
+                sale: sale.clone(),
+                level: hold.level.clone(),
+                payment_id: payment_id.clone(),
+                status: RecordStatus::Held,
+                deadline_ms,
+                expires_at_s: Some(ttl_for_deadline(
+                    now_ms.max(deadline_ms).saturating_add(hold_ms),
+                )),
+                created_ms: deadline_ms.saturating_sub(hold_ms),
+                paid_ms: None,
+                paid_by: None,
+                extensions: 0,
+                query_failures: 0,
+                email_sent: false,
+            };
+            match self.ports.records.put(record, Condition::NotExists).await {
+                Ok(()) => {
+                    tracing::warn!(candidate = %candidate, payment = %payment_id, deadline_ms,
+                        "held hold had no record (dead-lettered admission?): record re-created");
+                    report.orphans_recovered += 1;
+                }
+                Err(RecordError::ConditionFailed { .. }) => {} // a worker was faster
+                Err(e) => {
+                    tracing::warn!(error = %e, "re-creating a record failed; next sweep retries");
+                    report.errors += 1;
+                }
+            }
+        }
+    }
+
     fn add_totals(&self, r: &SweepReport) {
         let t = &self.totals;
         for (a, v) in [
             (&t.pending_undone, r.pending_undone),
+            (&t.orphans_recovered, r.orphans_recovered),
             (&t.started, r.started),
             (&t.paid, r.paid),
             (&t.released, r.released),
@@ -541,7 +627,15 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
     tracing::debug!(candidate = %record.candidate, payment = %record.payment_id, ?action, "reconcile");
     let (candidate, payment) = (&record.candidate, &record.payment_id);
     match action {
-        Action::Leave => Done::Left,
+        Action::Leave => {
+            // the gateway answered: failures count "in a row" from zero again
+            if record.query_failures > 0 {
+                if let Err(e) = ports.records.clear_query_failures(candidate, payment).await {
+                    tracing::warn!(error = %e, "could not clear the query failures; next answer retries");
+                }
+            }
+            Done::Left
+        }
         Action::MarkPaid { trx_id } => {
             let request = PaidRequest {
                 candidate: candidate.clone(),

@@ -247,3 +247,92 @@ async fn the_loop_stops_on_shutdown_and_gives_the_lock_up() {
     assert!(r.stats().sweeps >= 3);
     assert!(s.reconciler("b").tick().await.leader, "lock given up");
 }
+
+#[tokio::test(start_paused = true)]
+async fn query_failures_count_in_a_row_an_answer_starts_the_count_again() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), booking::Condition::NotExists)
+        .await
+        .unwrap();
+    let r = s.reconciler("a");
+    s.clock.advance(minutes(5)); // inside the window, before the deadline
+    s.gateway.set(&pay("P1"), Script::Fail);
+    for _ in 0..2 {
+        assert_eq!(r.tick().await.query_failures, 1);
+    }
+    let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+    assert_eq!(rec.query_failures, 2);
+    // the gateway answers: the payer is still paying
+    s.gateway
+        .set(&pay("P1"), Script::State(GatewayPaymentState::Initiated));
+    assert_eq!(r.tick().await.left, 1);
+    let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+    assert_eq!(rec.query_failures, 0, "an answer clears the count");
+    // two more failures are two in a row, not four: no extension yet
+    s.gateway.set(&pay("P1"), Script::Fail);
+    for _ in 0..2 {
+        let report = r.tick().await;
+        assert_eq!((report.query_failures, report.extended), (1, 0));
+    }
+    let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+    assert_eq!((rec.query_failures, rec.extensions), (2, 0));
+    // the third in a row extends
+    assert_eq!(r.tick().await.extended, 1);
+}
+
+/// A hold whose admission message was dead-lettered has no record: the
+/// reconciler re-creates it once the message could no longer arrive, and the
+/// gateway's answer decides it like any other.
+#[tokio::test(start_paused = true)]
+async fn a_held_hold_with_no_record_is_recovered_then_released_or_paid() {
+    let s = Stack::new(2, &["x", "y"]).await;
+    s.book("x", "t1", "P1").await; // no record: the message never arrived
+    s.book("y", "t2", "P2").await;
+    s.gateway.set(
+        &pay("P2"),
+        Script::State(GatewayPaymentState::Completed {
+            trx_id: "TRX2".into(),
+        }),
+    );
+    let r = s.reconciler("a");
+    // past the deadline but within the slack: the message may still come
+    s.clock.advance(minutes(11));
+    let report = r.tick().await;
+    assert_eq!((report.orphans_recovered, report.due), (0, 0), "{report:?}");
+    assert!(s.records.get(&cand("x"), true).await.unwrap().is_none());
+    // past the deadline and the slack: recovered and decided in this sweep
+    s.clock.advance(minutes(2));
+    let report = r.tick().await;
+    assert_eq!(report.orphans_recovered, 2, "{report:?}");
+    assert_eq!((report.released, report.paid), (1, 1), "{report:?}");
+    assert_eq!(s.count().await, 1, "x's seat came back, y's is paid");
+    assert!(s.ledger.hold(&s.sale, &cand("x")).await.unwrap().is_none());
+    assert!(s.records.get(&cand("x"), true).await.unwrap().is_none());
+    let y = s.records.get(&cand("y"), true).await.unwrap().unwrap();
+    assert_eq!(y.status, RecordStatus::Paid);
+    assert_eq!(y.expires_at_s, None);
+    assert_eq!(s.mailer.0.lock().len(), 1, "one email for y");
+    // nothing left to recover
+    let report = r.tick().await;
+    assert_eq!((report.orphans_recovered, report.due), (0, 0));
+    assert_eq!(r.stats().orphans_recovered, 2);
+}
+
+/// A hold with a record is never re-created, even far past its deadline
+/// while the gateway is silent (the record's own path extends it).
+#[tokio::test(start_paused = true)]
+async fn a_held_hold_with_a_record_is_not_recovered() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.record(), booking::Condition::NotExists)
+        .await
+        .unwrap();
+    s.gateway.set(&pay("P1"), Script::Fail);
+    let r = s.reconciler("a");
+    s.clock.advance(minutes(15));
+    let report = r.tick().await;
+    assert_eq!((report.orphans_recovered, report.query_failures), (0, 1));
+}

@@ -180,6 +180,13 @@ impl RecordStore for FailingReads {
     ) -> Result<BookingRecord, RecordError> {
         self.0.note_query_failure(c, p).await
     }
+    async fn clear_query_failures(
+        &self,
+        c: &CandidateHash,
+        p: &PaymentId,
+    ) -> Result<BookingRecord, RecordError> {
+        self.0.clear_query_failures(c, p).await
+    }
     async fn delete(
         &self,
         c: &CandidateHash,

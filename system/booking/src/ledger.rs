@@ -200,6 +200,17 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
         admitted_before_ms: u64,
         limit: usize,
     ) -> Result<Vec<(CandidateHash, Hold)>, LedgerError>;
+    /// Held holds whose deadline is at or before `deadline_before_ms`,
+    /// earliest deadline first (ties by candidate), at most `limit`: the
+    /// reconciler looks among them for holds with no booking record (an
+    /// admission message that was dead-lettered), which nothing else would
+    /// ever release.
+    async fn stale_held(
+        &self,
+        sale: &SaleId,
+        deadline_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(CandidateHash, Hold)>, LedgerError>;
     /// The open flag and every level's cap and count.
     async fn counters(&self, sale: &SaleId) -> Result<Counters, LedgerError>;
 }
@@ -422,6 +433,27 @@ impl Model {
             .filter_map(|(c, h)| match h.state {
                 HoldState::Pending { admitted_ms } if admitted_ms <= admitted_before_ms => {
                     Some((admitted_ms, c.clone(), h.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        stale.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        stale
+            .into_iter()
+            .take(limit)
+            .map(|(_, c, h)| (c, h))
+            .collect()
+    }
+
+    /// Held holds with a deadline at or before `deadline_before_ms`, earliest
+    /// deadline first (ties by candidate), at most `limit`.
+    pub fn stale_held(&self, deadline_before_ms: u64, limit: usize) -> Vec<(CandidateHash, Hold)> {
+        let mut stale: Vec<(u64, CandidateHash, Hold)> = self
+            .holds
+            .iter()
+            .filter_map(|(c, h)| match h.state {
+                HoldState::Held { deadline_ms, .. } if deadline_ms <= deadline_before_ms => {
+                    Some((deadline_ms, c.clone(), h.clone()))
                 }
                 _ => None,
             })

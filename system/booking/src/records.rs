@@ -307,6 +307,15 @@ pub trait RecordStore: Send + Sync + std::fmt::Debug {
         payment_id: &PaymentId,
     ) -> Result<BookingRecord, RecordError>;
 
+    /// Sets `query_failures` back to zero on a record HELD with `payment_id`:
+    /// the gateway answered, so failures count "in a row" again from the next
+    /// one. The reconciler calls it only when the count is above zero.
+    async fn clear_query_failures(
+        &self,
+        candidate: &CandidateHash,
+        payment_id: &PaymentId,
+    ) -> Result<BookingRecord, RecordError>;
+
     /// Deletes the record if `condition` holds (the reconciler's release uses
     /// `StatusIsWithPayment(Held, payment)`); returns what was deleted.
     /// `NotExists` is refused as `Invalid`.

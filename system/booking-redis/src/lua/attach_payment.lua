@@ -19,4 +19,5 @@ end
 redis.call('HSET', HOLDS, candidate,
   'h|' .. hold.level .. '|' .. hold.token .. '|' .. payment .. '|' .. deadline_ms)
 redis.call('ZREM', PENDING, candidate)
+redis.call('ZADD', HELD, deadline_ms, candidate)
 return 'done'

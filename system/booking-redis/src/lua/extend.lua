@@ -14,4 +14,5 @@ if not hold or hold.state ~= 'h' or hold.payment ~= payment then
 end
 redis.call('HSET', HOLDS, candidate,
   'h|' .. hold.level .. '|' .. hold.token .. '|' .. payment .. '|' .. deadline_ms)
+redis.call('ZADD', HELD, deadline_ms, candidate)
 return 'done'

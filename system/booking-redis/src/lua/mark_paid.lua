@@ -14,5 +14,6 @@ if not hold or hold.state ~= 'h' or hold.payment ~= payment then
 end
 -- a held hold is not in the pending set: attaching the payment took it out
 redis.call('HDEL', HOLDS, candidate)
+redis.call('ZREM', HELD, candidate)
 redis.call('HSET', PAID, candidate, hold.level .. '|' .. payment)
 return 'done'

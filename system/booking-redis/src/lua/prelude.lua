@@ -1,8 +1,9 @@
 -- Prepended to every ledger script (each script is still loaded and run on
--- its own, by SHA). Every script gets the same seven keys, all of one sale, all
--- with the sale's hash tag, so a Redis Cluster runs it on one node.
-local OPEN, LEVELS, COUNTS, ELIGIBLE, HOLDS, PAID, PENDING =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+-- its own, by SHA). Every script gets the same eight keys, all of one sale, all
+-- with the sale's hash tag, so a Redis Cluster runs it on one node. PENDING
+-- scores pending holds by admission time, HELD scores held holds by deadline.
+local OPEN, LEVELS, COUNTS, ELIGIBLE, HOLDS, PAID, PENDING, HELD =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 -- Redis does not roll a script back when it fails half way, so every script
 -- reads and checks everything first and writes last: a corrupt record stops
@@ -58,6 +59,7 @@ local function drop_hold(candidate, hold)
   end
   redis.call('HDEL', HOLDS, candidate)
   redis.call('ZREM', PENDING, candidate)
+  redis.call('ZREM', HELD, candidate)
   if count and count > 0 then
     redis.call('HINCRBY', COUNTS, hold.level, -1)
   end
