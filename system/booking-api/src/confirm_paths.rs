@@ -44,7 +44,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -57,7 +57,8 @@ use serde::Deserialize;
 use sns::{MessageType, SnsMessage};
 use tokio::time::Instant;
 
-use crate::bookings::parse_invoice;
+use crate::bookings::{ApiState, parse_invoice};
+use crate::metrics::ApiMetrics;
 use crate::paid_from_copy::{FromCopy, mark_paid_from_copy};
 use crate::sns_delivery::{Confirm, Rejected, SnsDelivery};
 use crate::{BookingCopy, Stack};
@@ -76,18 +77,29 @@ const EXECUTE_SHARE_DEN: u32 = 4;
 /// blocks a payment only briefly.
 const EXECUTE_LOCK_DEADLINES: u32 = 2;
 
-/// The routes of confirm paths 1 and 2.
+/// The routes of confirm paths 1 and 2, counting into a fresh [`ApiState`].
 pub fn routes() -> Router<Arc<Stack>> {
+    routes_with(Arc::new(ApiState::new()))
+}
+
+/// The routes of confirm paths 1 and 2, counting into `state`'s metrics (the
+/// same state as the bookings routes, so one `/metrics` shows both).
+pub fn routes_with(state: Arc<ApiState>) -> Router<Arc<Stack>> {
     let sns = Arc::new(SnsDelivery::new());
     Router::new()
         .route("/payment/callback", get(callback))
         .route(
             "/payment/webhook",
-            post(move |State(stack): State<Arc<Stack>>, body: Bytes| {
-                let sns = sns.clone();
-                async move { webhook(stack, sns, body).await }
-            }),
+            post(
+                move |State(stack): State<Arc<Stack>>,
+                      Extension(api): Extension<Arc<ApiState>>,
+                      body: Bytes| {
+                    let sns = sns.clone();
+                    async move { webhook(stack, api, sns, body).await }
+                },
+            ),
         )
+        .layer(Extension(state))
 }
 
 // ---------------------------------------------------------------------------
@@ -241,6 +253,7 @@ pub enum Confirmed {
 /// the PAID-from-copy write (the fast payer). Idempotent.
 pub async fn confirm_payment(
     stack: &Stack,
+    metrics: &ApiMetrics,
     candidate: &CandidateHash,
     payment_id: &PaymentId,
     copy: Option<&BookingCopy>,
@@ -262,7 +275,10 @@ pub async fn confirm_payment(
         now_ms,
     };
     match mark_paid(ports, &request).await {
-        Ok(MarkPaidOutcome::Won { .. }) => Confirmed::Paid { won: true },
+        Ok(MarkPaidOutcome::Won { .. }) => {
+            metrics.paid(path, "record");
+            Confirmed::Paid { won: true }
+        }
         Ok(MarkPaidOutcome::AlreadyPaid { .. }) => Confirmed::Paid { won: false },
         Ok(MarkPaidOutcome::NotHeld { current }) => {
             let Some(copy) = copy else {
@@ -271,7 +287,10 @@ pub async fn confirm_payment(
                 return Confirmed::Uncertain;
             };
             match mark_paid_from_copy(ports, copy, Some(trx_id.to_owned()), path, now_ms).await {
-                FromCopy::Won { .. } => Confirmed::Paid { won: true },
+                FromCopy::Won { .. } => {
+                    metrics.paid(path, "copy");
+                    Confirmed::Paid { won: true }
+                }
                 FromCopy::AlreadyPaid { .. } => Confirmed::Paid { won: false },
                 FromCopy::NotOurs { current } => {
                     tracing::warn!(%candidate, payment = %payment_id, ?current,
@@ -344,13 +363,14 @@ pub struct CallbackQuery {
 
 async fn callback(
     State(stack): State<Arc<Stack>>,
+    Extension(api): Extension<Arc<ApiState>>,
     query: Result<Query<CallbackQuery>, QueryRejection>,
 ) -> Response {
     let Ok(Query(query)) = query else {
         return CallbackAnswer::BadRequest.into_response();
     };
     // own task: a dropped request must not abandon an execute under its lock
-    let task = tokio::spawn(async move { handle_callback(&stack, &query).await });
+    let task = tokio::spawn(async move { handle_callback(&stack, &api.metrics, &query).await });
     match task.await {
         Ok(answer) => answer.into_response(),
         Err(e) => {
@@ -361,7 +381,11 @@ async fn callback(
 }
 
 /// Confirm path 1, free of HTTP: what the callback answers.
-pub async fn handle_callback(stack: &Stack, query: &CallbackQuery) -> CallbackAnswer {
+pub async fn handle_callback(
+    stack: &Stack,
+    metrics: &ApiMetrics,
+    query: &CallbackQuery,
+) -> CallbackAnswer {
     let started = Instant::now();
     let Some(payment) = query
         .payment_id
@@ -419,7 +443,7 @@ pub async fn handle_callback(stack: &Stack, query: &CallbackQuery) -> CallbackAn
             return CallbackAnswer::Unavailable;
         }
     }
-    let answer = execute_under_lock(stack, &copy, started, hold_left).await;
+    let answer = execute_under_lock(stack, metrics, &copy, started, hold_left).await;
     match stack.coordination.unlock(&lock, &owner).await {
         Ok(true) => {}
         Ok(false) => tracing::warn!(%payment, "execute lock expired before its owner released it"),
@@ -485,6 +509,7 @@ async fn without_copy(stack: &Stack, payment: &PaymentId) -> CallbackAnswer {
 /// under the execute lock.
 async fn execute_under_lock(
     stack: &Stack,
+    metrics: &ApiMetrics,
     copy: &BookingCopy,
     started: Instant,
     hold_left: Duration,
@@ -533,6 +558,7 @@ async fn execute_under_lock(
     };
     match confirm_payment(
         stack,
+        metrics,
         &copy.candidate,
         payment,
         Some(copy),
@@ -550,9 +576,14 @@ async fn execute_under_lock(
 // ---------------------------------------------------------------------------
 // Confirm path 2: the SNS webhook
 
-async fn webhook(stack: Arc<Stack>, sns: Arc<SnsDelivery>, body: Bytes) -> Response {
+async fn webhook(
+    stack: Arc<Stack>,
+    api: Arc<ApiState>,
+    sns: Arc<SnsDelivery>,
+    body: Bytes,
+) -> Response {
     // own task: a correctly signed message is always worked through to the end
-    let task = tokio::spawn(async move { handle_webhook(&stack, &sns, &body).await });
+    let task = tokio::spawn(async move { handle_webhook(&stack, &api.metrics, &sns, &body).await });
     match task.await {
         Ok(response) => response,
         Err(e) => {
@@ -562,7 +593,12 @@ async fn webhook(stack: Arc<Stack>, sns: Arc<SnsDelivery>, body: Bytes) -> Respo
     }
 }
 
-async fn handle_webhook(stack: &Stack, sns: &SnsDelivery, body: &[u8]) -> Response {
+async fn handle_webhook(
+    stack: &Stack,
+    metrics: &ApiMetrics,
+    sns: &SnsDelivery,
+    body: &[u8],
+) -> Response {
     let msg = match sns.verify(&stack.webhook_trust, body).await {
         Ok(msg) => msg,
         Err(Rejected::Untrusted(why)) => {
@@ -598,7 +634,7 @@ async fn handle_webhook(stack: &Stack, sns: &SnsDelivery, body: &[u8]) -> Respon
             webhook_answer(StatusCode::OK, "ok\n")
         }
         MessageType::Notification => {
-            let outcome = handle_notification(stack, &msg).await;
+            let outcome = handle_notification(stack, metrics, &msg).await;
             tracing::info!(message_id = %msg.message_id, ?outcome, "webhook notification");
             webhook_answer(StatusCode::OK, "ok\n")
         }
@@ -644,7 +680,11 @@ pub enum NotificationOutcome {
 }
 
 /// Confirm path 2 for a verified notification.
-pub async fn handle_notification(stack: &Stack, msg: &SnsMessage) -> NotificationOutcome {
+pub async fn handle_notification(
+    stack: &Stack,
+    metrics: &ApiMetrics,
+    msg: &SnsMessage,
+) -> NotificationOutcome {
     let Ok(ipn) = serde_json::from_str::<Ipn>(&msg.message) else {
         return NotificationOutcome::Unreadable;
     };
@@ -724,6 +764,7 @@ pub async fn handle_notification(stack: &Stack, msg: &SnsMessage) -> Notificatio
     }
     match confirm_payment(
         stack,
+        metrics,
         &candidate,
         &payment,
         copy.as_ref(),

@@ -30,12 +30,18 @@ pub use stack::{BookingCopy, Stack, WebhookTrust};
 /// work in a task of its own, so the deadline layer may drop their answer at
 /// any point without leaving anything half done.
 pub fn router(stack: Arc<Stack>) -> axum::Router {
-    let confirm = confirm_paths::routes().layer(axum::middleware::from_fn_with_state(
-        stack.clone(),
-        deadline::request_deadline,
-    ));
+    router_with(stack, Arc::new(bookings::ApiState::new()))
+}
+
+/// [`router`] counting into `state`: the caller keeps a handle on the
+/// metrics (to add the background services' figures with
+/// [`metrics::ApiMetrics::sync_services`]).
+pub fn router_with(stack: Arc<Stack>, state: Arc<bookings::ApiState>) -> axum::Router {
+    let confirm = confirm_paths::routes_with(state.clone()).layer(
+        axum::middleware::from_fn_with_state(stack.clone(), deadline::request_deadline),
+    );
     axum::Router::new()
-        .merge(bookings::routes())
+        .merge(bookings::routes_with(state))
         .merge(confirm)
         .with_state(stack)
 }

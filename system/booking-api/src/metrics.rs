@@ -16,6 +16,25 @@
 //! | `booking_request_duration_seconds` | | `POST /bookings` latency |
 //! | `booking_level_cap`, `booking_level_taken` | `level` | the ledger, read at scrape |
 //! | `booking_sale_open` | | 1 while admissions are open |
+//! | `booking_paid_total` | `path`, `source` | bookings marked PAID by this instance: `path` is `callback`, `webhook` or `reconciler`; `source` is `record` (HELD→PAID) or `copy` (the fast payer's record written from the booking copy) |
+//!
+//! The background services of the instance (worker, reconciler, expiry
+//! handler) and the backends' figures are added by whoever runs them, through
+//! [`ApiMetrics::sync_services`] (the server does it every second):
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `booking_releases_total` | `by` | holds given back: `reconciler` (cancelled, failed, expired) or `expiry` (the TTL safety net) |
+//! | `booking_extensions_total` | | holds extended after unanswered queries |
+//! | `booking_reconciler_query_failures_total` | | gateway queries that went unanswered |
+//! | `booking_orphans_recovered_total` | | records re-created for held holds that had none |
+//! | `booking_pending_undone_total` | | stale pending admissions undone |
+//! | `booking_alerts_total` | | alerts raised to a human (all instances' log, where shared) |
+//! | `booking_worker_messages_total` | `outcome` | admission messages by what the worker did |
+//! | `booking_queue_messages` | `state` | `visible`, `in_flight`, `dead_letter` |
+//! | `booking_queue_oldest_age_seconds` | | age of the oldest queued message |
+//! | `booking_throttles_total` | `op` | record-store requests throttled: `read`, `write` |
+//! | `booking_token_calls_total` | `call` | gateway token calls of this instance: `grant`, `refresh`, `failure` |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,6 +44,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use booking::ledger::Counters;
+use booking::records::ConfirmPath;
 
 /// The outcome of one `POST /bookings`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,6 +85,83 @@ pub struct RouteLabels {
     pub route: &'static str,
 }
 
+/// A confirm path that won the HELD→PAID step.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PaidLabels {
+    /// `callback`, `webhook`, `reconciler`.
+    pub path: &'static str,
+    /// `record` or `copy`.
+    pub source: &'static str,
+}
+
+/// One label named `by`, `outcome`, `state`, `op` or `call`.
+macro_rules! one_label {
+    ($name:ident, $field:ident, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+        pub struct $name {
+            #[doc = $doc]
+            pub $field: &'static str,
+        }
+    };
+}
+one_label!(ByLabels, by, "Who released a hold.");
+one_label!(WorkerLabels, outcome, "What the worker did with a message.");
+one_label!(StateLabels, state, "Where queued messages are.");
+one_label!(OpLabel, op, "A record-store operation kind.");
+one_label!(CallLabels, call, "A token call.");
+
+/// The background services' and backends' figures of one instance, as
+/// running totals (counters) and current values (gauges). Every field is
+/// plain data, so any runner can fill it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceFigures {
+    /// Bookings the reconciler marked PAID.
+    pub reconciler_paid: u64,
+    /// Holds the reconciler released.
+    pub reconciler_released: u64,
+    /// Holds the expiry handler released.
+    pub expiry_released: u64,
+    /// Holds extended.
+    pub extensions: u64,
+    /// Unanswered gateway queries.
+    pub query_failures: u64,
+    /// Records re-created for held holds without one.
+    pub orphans_recovered: u64,
+    /// Stale pending admissions undone.
+    pub pending_undone: u64,
+    /// Alerts raised.
+    pub alerts: u64,
+    /// Worker outcomes: (outcome, total).
+    pub worker: Vec<(&'static str, u64)>,
+    /// Messages waiting.
+    pub queue_visible: u64,
+    /// Messages received and not yet deleted.
+    pub queue_in_flight: u64,
+    /// Dead letters.
+    pub dead_letters: u64,
+    /// Age of the oldest queued message, ms (0: none queued).
+    pub queue_oldest_age_ms: u64,
+    /// Throttled record-store reads.
+    pub throttled_reads: u64,
+    /// Throttled record-store writes.
+    pub throttled_writes: u64,
+    /// Token grant calls.
+    pub token_grants: u64,
+    /// Token refresh calls.
+    pub token_refreshes: u64,
+    /// Token refresher failures.
+    pub token_failures: u64,
+}
+
+/// Brings a counter up to a running total kept elsewhere (never down).
+fn mirror(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}
+
 /// A level.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LevelLabels {
@@ -98,6 +195,19 @@ pub struct ApiMetrics {
     level_cap: Family<LevelLabels, Gauge>,
     level_taken: Family<LevelLabels, Gauge>,
     sale_open: Gauge,
+    /// Bookings marked PAID, by path and source.
+    pub paid_total: Family<PaidLabels, Counter>,
+    releases: Family<ByLabels, Counter>,
+    extensions: Counter,
+    query_failures: Counter,
+    orphans_recovered: Counter,
+    pending_undone: Counter,
+    alerts: Counter,
+    worker: Family<WorkerLabels, Counter>,
+    queue_messages: Family<StateLabels, Gauge>,
+    queue_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    throttles: Family<OpLabel, Counter>,
+    token_calls: Family<CallLabels, Counter>,
 }
 
 impl Default for ApiMetrics {
@@ -120,6 +230,74 @@ impl ApiMetrics {
         let level_cap = Family::<LevelLabels, Gauge>::default();
         let level_taken = Family::<LevelLabels, Gauge>::default();
         let sale_open = Gauge::default();
+        let paid_total = Family::<PaidLabels, Counter>::default();
+        let releases = Family::<ByLabels, Counter>::default();
+        let extensions = Counter::default();
+        let query_failures = Counter::default();
+        let orphans_recovered = Counter::default();
+        let pending_undone = Counter::default();
+        let alerts = Counter::default();
+        let worker = Family::<WorkerLabels, Counter>::default();
+        let queue_messages = Family::<StateLabels, Gauge>::default();
+        let queue_oldest_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let throttles = Family::<OpLabel, Counter>::default();
+        let token_calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "paid",
+            "Bookings marked PAID by this instance, by confirm path and source",
+            paid_total.clone(),
+        );
+        registry.register(
+            "releases",
+            "Holds given back, by who released them",
+            releases.clone(),
+        );
+        registry.register(
+            "extensions",
+            "Holds extended after unanswered gateway queries",
+            extensions.clone(),
+        );
+        registry.register(
+            "reconciler_query_failures",
+            "Reconciler gateway queries that went unanswered",
+            query_failures.clone(),
+        );
+        registry.register(
+            "orphans_recovered",
+            "Records re-created for held holds that had none",
+            orphans_recovered.clone(),
+        );
+        registry.register(
+            "pending_undone",
+            "Stale pending admissions undone",
+            pending_undone.clone(),
+        );
+        registry.register("alerts", "Alerts raised to a human", alerts.clone());
+        registry.register(
+            "worker_messages",
+            "Admission messages by what the worker did",
+            worker.clone(),
+        );
+        registry.register(
+            "queue_messages",
+            "Queued admission messages by state",
+            queue_messages.clone(),
+        );
+        registry.register(
+            "queue_oldest_age_seconds",
+            "Age of the oldest queued admission message",
+            queue_oldest_age.clone(),
+        );
+        registry.register(
+            "throttles",
+            "Record-store requests throttled",
+            throttles.clone(),
+        );
+        registry.register(
+            "token_calls",
+            "Gateway token calls of this instance",
+            token_calls.clone(),
+        );
         registry.register(
             "admissions",
             "POST /bookings answers by outcome",
@@ -170,6 +348,86 @@ impl ApiMetrics {
             level_cap,
             level_taken,
             sale_open,
+            paid_total,
+            releases,
+            extensions,
+            query_failures,
+            orphans_recovered,
+            pending_undone,
+            alerts,
+            worker,
+            queue_messages,
+            queue_oldest_age,
+            throttles,
+            token_calls,
+        }
+    }
+
+    /// Counts one booking marked PAID by `path` (`source`: `record` or `copy`).
+    pub fn paid(&self, path: ConfirmPath, source: &'static str) {
+        let path = match path {
+            ConfirmPath::Callback => "callback",
+            ConfirmPath::Webhook => "webhook",
+            ConfirmPath::Reconciler => "reconciler",
+        };
+        self.paid_total
+            .get_or_create(&PaidLabels { path, source })
+            .inc();
+    }
+
+    /// Brings the background services' figures up to date: counters follow
+    /// the running totals (never backwards), gauges take the current values.
+    pub fn sync_services(&self, f: &ServiceFigures) {
+        mirror(
+            &self.paid_total.get_or_create(&PaidLabels {
+                path: "reconciler",
+                source: "record",
+            }),
+            f.reconciler_paid,
+        );
+        mirror(
+            &self.releases.get_or_create(&ByLabels { by: "reconciler" }),
+            f.reconciler_released,
+        );
+        mirror(
+            &self.releases.get_or_create(&ByLabels { by: "expiry" }),
+            f.expiry_released,
+        );
+        mirror(&self.extensions, f.extensions);
+        mirror(&self.query_failures, f.query_failures);
+        mirror(&self.orphans_recovered, f.orphans_recovered);
+        mirror(&self.pending_undone, f.pending_undone);
+        mirror(&self.alerts, f.alerts);
+        for (outcome, total) in &f.worker {
+            mirror(
+                &self.worker.get_or_create(&WorkerLabels { outcome }),
+                *total,
+            );
+        }
+        let gauge = |state: &'static str, v: u64| {
+            self.queue_messages
+                .get_or_create(&StateLabels { state })
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        };
+        gauge("visible", f.queue_visible);
+        gauge("in_flight", f.queue_in_flight);
+        gauge("dead_letter", f.dead_letters);
+        self.queue_oldest_age
+            .set(f.queue_oldest_age_ms as f64 / 1_000.0);
+        mirror(
+            &self.throttles.get_or_create(&OpLabel { op: "read" }),
+            f.throttled_reads,
+        );
+        mirror(
+            &self.throttles.get_or_create(&OpLabel { op: "write" }),
+            f.throttled_writes,
+        );
+        for (call, total) in [
+            ("grant", f.token_grants),
+            ("refresh", f.token_refreshes),
+            ("failure", f.token_failures),
+        ] {
+            mirror(&self.token_calls.get_or_create(&CallLabels { call }), total);
         }
     }
 
@@ -220,5 +478,56 @@ impl ApiMetrics {
         // writing into a String cannot fail
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(total: u64) -> ServiceFigures {
+        ServiceFigures {
+            reconciler_paid: total,
+            reconciler_released: total + 1,
+            expiry_released: 2,
+            extensions: 3,
+            worker: vec![("stored", total * 10)],
+            queue_visible: 7,
+            queue_oldest_age_ms: 1_500,
+            throttled_writes: 4,
+            token_grants: 1,
+            ..ServiceFigures::default()
+        }
+    }
+
+    #[test]
+    fn services_figures_are_mirrored_and_counters_never_go_back() {
+        let m = ApiMetrics::new();
+        m.paid(ConfirmPath::Callback, "record");
+        m.sync_services(&figures(5));
+        m.sync_services(&figures(5)); // the same totals again add nothing
+        let text = m.render(None);
+        for line in [
+            r#"booking_paid_total{path="callback",source="record"} 1"#,
+            r#"booking_paid_total{path="reconciler",source="record"} 5"#,
+            r#"booking_releases_total{by="reconciler"} 6"#,
+            r#"booking_releases_total{by="expiry"} 2"#,
+            "booking_extensions_total 3",
+            r#"booking_worker_messages_total{outcome="stored"} 50"#,
+            r#"booking_queue_messages{state="visible"} 7"#,
+            "booking_queue_oldest_age_seconds 1.5",
+            r#"booking_throttles_total{op="write"} 4"#,
+            r#"booking_token_calls_total{call="grant"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        // a restarted service's totals start again at zero: the counter holds
+        m.sync_services(&figures(0));
+        let text = m.render(None);
+        assert!(text.contains(r#"booking_paid_total{path="reconciler",source="record"} 5"#));
+        m.sync_services(&figures(9));
+        let text = m.render(None);
+        assert!(text.contains(r#"booking_paid_total{path="reconciler",source="record"} 9"#));
+        assert!(text.trim_end().ends_with("# EOF"));
     }
 }

@@ -238,11 +238,16 @@ mod tests {
             .http
             .as_ref()
             .unwrap()
-            .get(format!("https://127.0.0.1:{port}/SimpleNotificationService-x.pem"))
+            .get(format!(
+                "https://127.0.0.1:{port}/SimpleNotificationService-x.pem"
+            ))
             .send()
             .await
             .unwrap_err();
-        assert!(!err.is_builder(), "https refused before connecting: {err:?}");
+        assert!(
+            !err.is_builder(),
+            "https refused before connecting: {err:?}"
+        );
         assert!(err.is_connect(), "expected a failed TLS handshake: {err:?}");
         peer.await.unwrap();
     }

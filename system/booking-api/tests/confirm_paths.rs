@@ -253,6 +253,15 @@ async fn the_callback_marks_a_booking_paid_and_the_later_webhook_sends_no_second
     let log = deliveries(&t, &b, 1).await;
     assert_eq!(statuses(&log), vec![Some(200)]);
     assert_paid_once(&t, &b, ConfirmPath::Callback).await;
+    let (_, metrics, _) = t.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"booking_paid_total{path="callback",source="record"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains(r#"booking_paid_total{path="webhook""#),
+        "the webhook found it paid: not counted"
+    );
     t.stop().await;
 }
 
@@ -454,6 +463,11 @@ async fn a_payer_faster_than_the_worker_gets_a_paid_record_from_the_copy(backend
         .await;
     assert!(late.is_err(), "the worker's put finds the PAID record");
     assert_paid_once(&t, &b, ConfirmPath::Callback).await;
+    let (_, metrics, _) = t.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"booking_paid_total{path="callback",source="copy"} 1"#),
+        "{metrics}"
+    );
     t.stop().await;
 }
 

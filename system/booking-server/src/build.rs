@@ -70,6 +70,8 @@ pub struct Server {
     pub instance: String,
     /// The status document writer of this instance.
     pub status: Arc<StatusWriter>,
+    /// The gateway client of this instance (its token calls for `/metrics`).
+    pub bkash: Arc<BkashGateway>,
     /// When the sale was last reset, ms (0: not since start); the audit
     /// looks at status writes from then on.
     pub reset_at_ms: AtomicU64,
@@ -165,6 +167,7 @@ async fn build_with(
         &settings,
         &config.key_prefix,
     )?;
+    let gateway = Arc::new(gateway);
     let webhook_trust = config.webhook.trust()?;
     if config.webhook.topic_arns.is_none() {
         tracing::warn!(
@@ -190,7 +193,7 @@ async fn build_with(
         stream: embedded.records.clone(),
         queue: embedded.queue.clone(),
         coordination: coordination.clone(),
-        gateway: Arc::new(gateway),
+        gateway: gateway.clone(),
         mailer,
         alerts,
         status_sink: status_sink.clone(),
@@ -216,6 +219,7 @@ async fn build_with(
         config: config.clone(),
         instance,
         status,
+        bkash: gateway,
         reset_at_ms: AtomicU64::new(0),
     })
 }

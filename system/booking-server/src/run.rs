@@ -11,7 +11,11 @@
 //! - a status refresh: a throttled [`StatusWriter::poke`] every throttle window
 //!   (2 s), so the last change of a burst (which the throttle skipped) and
 //!   releases (which no request pokes) reach the document and clear the full
-//!   latches.
+//!   latches;
+//! - a metrics sampler: every [`METRICS_EVERY`], the loops' counters and the
+//!   backends' figures (queue depth and oldest message, dead letters,
+//!   throttles, alerts, token calls) go into the API's `/metrics`
+//!   ([`booking_api::metrics::ApiMetrics::sync_services`]).
 //!
 //! Everything stops when `shutdown` completes: the server stops accepting
 //! and finishes its requests, each loop finishes what it is doing (bounded),
@@ -24,6 +28,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use booking_api::bookings::ApiState;
+use booking_api::metrics::ServiceFigures;
 use booking_service::expiry::ExpiryHandler;
 use booking_service::reconciler::{Reconciler, ReconcilerConfig, ReconcilerPorts};
 use booking_service::worker::{Worker, WorkerConfig};
@@ -39,6 +45,8 @@ pub const TTL_SWEEP_LIMIT: usize = 1_000;
 pub const WORKER_WAIT: Duration = Duration::from_secs(5);
 /// The expiry handler's wait for stream records, and its back-off after a failure.
 pub const EXPIRY_WAIT: Duration = Duration::from_secs(1);
+/// How often the background figures are copied into `/metrics`.
+pub const METRICS_EVERY: Duration = Duration::from_secs(1);
 /// How long the loops get to stop after the server has.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(60);
 
@@ -50,8 +58,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
-    let mut loops = spawn_loops(&server, stop_rx);
-    let app = booking_api::router(server.stack.clone()).merge(crate::admin::routes(server.clone()));
+    let api = Arc::new(ApiState::new());
+    let mut loops = spawn_loops(&server, &api, stop_rx);
+    let app = booking_api::router_with(server.stack.clone(), api)
+        .merge(crate::admin::routes(server.clone()));
     let addr = listener.local_addr()?;
     tracing::info!(%addr, sale = %server.stack.sale, instance = %server.instance, "booking server listening");
     let stop = stop_tx.clone();
@@ -79,12 +89,16 @@ pub async fn serve(
     served
 }
 
-fn spawn_loops(server: &Arc<Server>, stop: watch::Receiver<bool>) -> JoinSet<()> {
+fn spawn_loops(
+    server: &Arc<Server>,
+    api: &Arc<ApiState>,
+    stop: watch::Receiver<bool>,
+) -> JoinSet<()> {
     let stack = &server.stack;
     let settings = stack.settings.clone();
     let mut loops = JoinSet::new();
 
-    let worker = Worker::new(
+    let worker = Arc::new(Worker::new(
         stack.queue.clone(),
         stack.records.clone(),
         stack.ledger.clone(),
@@ -93,11 +107,12 @@ fn spawn_loops(server: &Arc<Server>, stop: watch::Receiver<bool>) -> JoinSet<()>
             wait: WORKER_WAIT,
             ..WorkerConfig::default()
         },
-    );
+    ));
     let rx = stop.clone();
-    loops.spawn(async move { worker.run(rx).await });
+    let w = worker.clone();
+    loops.spawn(async move { w.run(rx).await });
 
-    let reconciler = Reconciler::new(
+    let reconciler = Arc::new(Reconciler::new(
         ReconcilerPorts {
             records: stack.records.clone(),
             ledger: stack.ledger.clone(),
@@ -113,13 +128,33 @@ fn spawn_loops(server: &Arc<Server>, stop: watch::Receiver<bool>) -> JoinSet<()>
             &server.instance,
             settings.clone(),
         ),
-    );
+    ));
     let rx = stop.clone();
-    loops.spawn(async move { reconciler.run(rx).await });
+    let r = reconciler.clone();
+    loops.spawn(async move { r.run(rx).await });
 
-    let expiry = ExpiryHandler::new(stack.stream.clone(), stack.ledger.clone(), 0);
+    let expiry = Arc::new(ExpiryHandler::new(
+        stack.stream.clone(),
+        stack.ledger.clone(),
+        0,
+    ));
     let rx = stop.clone();
-    loops.spawn(async move { expiry.run(rx, EXPIRY_WAIT, EXPIRY_WAIT).await });
+    let e = expiry.clone();
+    loops.spawn(async move { e.run(rx, EXPIRY_WAIT, EXPIRY_WAIT).await });
+
+    let sampler = Sampler {
+        server: server.clone(),
+        api: api.clone(),
+        worker,
+        reconciler,
+        expiry,
+    };
+    let sampler = Arc::new(sampler);
+    let rx = stop.clone();
+    loops.spawn(periodic("metrics sampler", METRICS_EVERY, rx, move || {
+        let sampler = sampler.clone();
+        async move { sampler.sample().await }
+    }));
 
     let records = server.embedded.records.clone();
     let every = settings.sweep_interval.max(Duration::from_millis(10));
@@ -150,6 +185,69 @@ fn spawn_loops(server: &Arc<Server>, stop: watch::Receiver<bool>) -> JoinSet<()>
         }
     }));
     loops
+}
+
+/// Copies the loops' counters and the backends' figures into `/metrics`.
+struct Sampler {
+    server: Arc<Server>,
+    api: Arc<ApiState>,
+    worker: Arc<Worker>,
+    reconciler: Arc<Reconciler>,
+    expiry: Arc<ExpiryHandler>,
+}
+
+impl Sampler {
+    async fn sample(&self) {
+        let stack = &self.server.stack;
+        let r = self.reconciler.stats();
+        let w = self.worker.stats();
+        let e = self.expiry.stats();
+        let t = self.server.bkash.tokens().stats();
+        let mut f = ServiceFigures {
+            reconciler_paid: r.paid,
+            reconciler_released: r.released,
+            expiry_released: e.released,
+            extensions: r.extended,
+            query_failures: r.query_failures,
+            orphans_recovered: r.orphans_recovered,
+            pending_undone: r.pending_undone,
+            alerts: self.server.embedded.alerts.raised().len() as u64,
+            worker: vec![
+                ("stored", w.stored),
+                ("replaced", w.replaced),
+                ("duplicate", w.duplicates),
+                ("paid_already", w.paid_already),
+                ("stale", w.stale),
+                ("released", w.released),
+                ("left", w.left),
+                ("poison", w.poison),
+                ("dead_letter", w.dead_letters),
+            ],
+            token_grants: t.grants,
+            token_refreshes: t.refreshes,
+            token_failures: t.failures,
+            ..ServiceFigures::default()
+        };
+        // the backends are asked, each within a bound; a figure that cannot
+        // be read shows as 0 until the next sample (a counter never goes
+        // back, so only the queue gauges dip)
+        let within = METRICS_EVERY;
+        if let Ok(Ok(d)) = tokio::time::timeout(within, stack.queue.depth()).await {
+            f.queue_visible = d.visible;
+            f.queue_in_flight = d.in_flight;
+        }
+        if let Ok(Ok(age)) = tokio::time::timeout(within, stack.queue.oldest_age()).await {
+            f.queue_oldest_age_ms = age.map_or(0, |a| a.as_millis() as u64);
+        }
+        if let Ok(Ok(dead)) = tokio::time::timeout(within, stack.queue.dead_letters()).await {
+            f.dead_letters = dead.len() as u64;
+        }
+        if let Ok(Ok(th)) = tokio::time::timeout(within, stack.records.throttles()).await {
+            f.throttled_reads = th.reads;
+            f.throttled_writes = th.writes;
+        }
+        self.api.metrics.sync_services(&f);
+    }
 }
 
 /// Runs `tick` every `every` until `stop` says so.

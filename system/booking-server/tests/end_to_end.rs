@@ -148,6 +148,17 @@ impl Harness {
         }
     }
 
+    async fn metrics(&self) -> String {
+        let resp = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.text().await.unwrap()
+    }
+
     async fn audit(&self) -> Value {
         let (code, report) = self
             .get(&format!("/ops/audit?gateway={}", self.mock.url))
@@ -341,7 +352,47 @@ async fn rehearsal(stack: StackConfig, key_prefix: &str) {
     assert_eq!(code, 200, "{closed}");
     assert_eq!(closed["counters"]["open"], false);
     assert_all_passed(&h.audit().await);
+
+    // the background services' figures reach /metrics (sampled every second):
+    // four bookings paid (by whichever path won), two holds given back
+    let start = Instant::now();
+    let metrics = loop {
+        let text = h.metrics().await;
+        if sum_of(&text, "booking_releases_total{") == 2 {
+            break text;
+        }
+        assert!(
+            start.elapsed() < SETTLE_MAX,
+            "releases never reached /metrics:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(sum_of(&metrics, "booking_paid_total{"), 4, "{metrics}");
+    assert!(
+        sum_of(
+            &metrics,
+            r#"booking_worker_messages_total{outcome="stored"}"#
+        ) >= 1
+    );
+    assert_eq!(
+        sum_of(&metrics, r#"booking_queue_messages{state="dead_letter"}"#),
+        0
+    );
+    assert_eq!(
+        sum_of(&metrics, r#"booking_token_calls_total{call="grant"}"#),
+        1,
+        "{metrics}"
+    );
     h.stop().await;
+}
+
+/// The sum of every sample of `metric` (a name with its opening brace, or a
+/// full series) in OpenMetrics text.
+fn sum_of(text: &str, metric: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(metric))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 #[tokio::test]
