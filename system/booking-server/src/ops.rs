@@ -318,8 +318,9 @@ impl AuditReport {
 /// - `status_never_showed_full_level_open`: no document written since the
 ///   last reset showed a full level (or a closed sale) as open;
 /// - with `gateway_ledger` (the mock's `/__mock/ledger`):
-///   `gateway_completed_have_paid_booking` and
-///   `paid_bookings_completed_at_gateway`.
+///   `gateway_completed_have_paid_booking`,
+///   `paid_bookings_completed_at_gateway` and
+///   `no_payment_executed_after_deadline` ([`executed_after_deadline`]).
 pub async fn audit(
     server: &Server,
     gateway_ledger: Option<&serde_json::Value>,
@@ -578,6 +579,14 @@ pub async fn audit(
             0,
             &unpaid,
         ));
+        let hold_ms = stack.settings.hold.as_millis() as u64;
+        let late = executed_after_deadline(ledger, &records, hold_ms);
+        invariants.push(Invariant::at_most(
+            "no_payment_executed_after_deadline",
+            late.len() as u64,
+            0,
+            &late,
+        ));
     }
 
     Ok(AuditReport {
@@ -585,6 +594,58 @@ pub async fn audit(
         passed: invariants.iter().all(|i| i.passed),
         invariants,
     })
+}
+
+/// How much later than the hold deadline the gateway may stamp an execute
+/// that the API sent before it: the call's own travel and queueing time.
+pub const EXECUTE_STAMP_SLACK_MS: u64 = 250;
+
+/// Payments the gateway's ledger says were executed (completed) after their
+/// hold deadline, plus [`EXECUTE_STAMP_SLACK_MS`]. The deadline is the
+/// booking record's (extensions included); a payment whose record is gone
+/// (released) is held to its creation time plus one hold, which is never
+/// earlier than its real deadline (the payment is created after the
+/// admission).
+pub fn executed_after_deadline(
+    ledger: &serde_json::Value,
+    records: &[BookingRecord],
+    hold_ms: u64,
+) -> Vec<String> {
+    let by_payment: BTreeMap<&str, &BookingRecord> = records
+        .iter()
+        .map(|r| (r.payment_id.as_str(), r))
+        .collect();
+    let ms = |v: Option<&serde_json::Value>| {
+        v.and_then(|s| s.as_str())
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            .and_then(|t| u64::try_from(t.timestamp_millis()).ok())
+    };
+    let Some(payments) = ledger.get("payments").and_then(|p| p.as_array()) else {
+        return Vec::new();
+    };
+    let mut late = Vec::new();
+    for p in payments {
+        let (Some(id), Some(executed_ms)) = (
+            p.get("paymentID").and_then(|s| s.as_str()),
+            ms(p.get("executedAt")),
+        ) else {
+            continue;
+        };
+        let deadline_ms = match by_payment.get(id) {
+            Some(r) => r.deadline_ms,
+            None => match ms(p.get("createdAt")) {
+                Some(created_ms) => created_ms.saturating_add(hold_ms),
+                None => continue,
+            },
+        };
+        if executed_ms > deadline_ms.saturating_add(EXECUTE_STAMP_SLACK_MS) {
+            late.push(format!(
+                "{id}: executed {} ms after its deadline",
+                executed_ms - deadline_ms
+            ));
+        }
+    }
+    late
 }
 
 /// The IDs of the payments the gateway's ledger says completed
@@ -630,5 +691,44 @@ mod tests {
             vec!["a".to_owned()]
         );
         assert!(completed_payments(&serde_json::json!({})).is_empty());
+    }
+
+    #[test]
+    fn executes_after_the_deadline_are_found_with_or_without_a_record() {
+        let sale = booking::SaleId::parse("s").unwrap();
+        let record = |p: &str, deadline_ms: u64| BookingRecord {
+            candidate: CandidateHash::of(p),
+            sale: sale.clone(),
+            level: booking::Level::parse("a").unwrap(),
+            payment_id: booking::PaymentId::parse(p).unwrap(),
+            status: RecordStatus::Paid,
+            deadline_ms,
+            expires_at_s: None,
+            created_ms: 0,
+            paid_ms: None,
+            paid_by: None,
+            extensions: 0,
+            query_failures: 0,
+            email_sent: true,
+        };
+        // 2026-01-01T00:00:10Z = 1767225610000 ms
+        let t10 = 1_767_225_610_000u64;
+        let v = serde_json::json!({"payments": [
+            // on time: executed at the deadline's slack edge
+            {"paymentID": "ok", "createdAt": "2026-01-01T00:00:00Z", "executedAt": "2026-01-01T00:00:10.250Z"},
+            // late against its record
+            {"paymentID": "late", "createdAt": "2026-01-01T00:00:00Z", "executedAt": "2026-01-01T00:00:10.251Z"},
+            // no record (released): held to created + hold = 00:00:05
+            {"paymentID": "gone", "createdAt": "2026-01-01T00:00:00Z", "executedAt": "2026-01-01T00:00:06Z"},
+            // never executed
+            {"paymentID": "open", "createdAt": "2026-01-01T00:00:00Z", "executedAt": null},
+        ]});
+        let records = [record("ok", t10), record("late", t10)];
+        let late = executed_after_deadline(&v, &records, 5_000);
+        assert_eq!(late.len(), 2, "{late:?}");
+        assert!(late[0].starts_with("late: executed 251 ms"), "{late:?}");
+        assert!(late[1].starts_with("gone: executed 1000 ms"), "{late:?}");
+        // a longer hold makes the released one on time
+        assert_eq!(executed_after_deadline(&v, &records, 6_000).len(), 1);
     }
 }

@@ -213,6 +213,7 @@ fn assert_all_passed(report: &Value) {
         "status_never_showed_full_level_open",
         "gateway_completed_have_paid_booking",
         "paid_bookings_completed_at_gateway",
+        "no_payment_executed_after_deadline",
     ] {
         assert!(
             invariants.iter().any(|i| i["name"] == name),
