@@ -111,6 +111,12 @@ impl RedisCoordination {
         Ok(coordination)
     }
 
+    /// Opens up to `n` pooled connections now (at most the pool size), so
+    /// the first burst does not wait for connects; returns how many are open.
+    pub async fn warm(&self, n: usize) -> usize {
+        crate::pool::warm(&self.pool, n).await
+    }
+
     async fn conn(&self) -> Result<deadpool::managed::Object<Manager>, CoordinationError> {
         self.pool
             .get()

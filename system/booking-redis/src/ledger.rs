@@ -104,6 +104,12 @@ impl RedisLedger {
         Ok(ledger)
     }
 
+    /// Opens up to `n` pooled connections now (at most the pool size), so
+    /// the first burst does not wait for connects; returns how many are open.
+    pub async fn warm(&self, n: usize) -> usize {
+        crate::pool::warm(&self.pool, n).await
+    }
+
     /// [`RedisLedger::connect`] with the article's pool size.
     pub async fn connect_default(url: &str, key_prefix: &str) -> Result<RedisLedger, ConnectError> {
         RedisLedger::connect(url, booking::settings::REDIS_POOL_SIZE, key_prefix).await
@@ -125,7 +131,7 @@ impl RedisLedger {
             .map_err(|e| LedgerError::Unavailable(format!("no redis connection: {e}")))
     }
 
-    /// A script call on one sale: its seven keys, no arguments yet.
+    /// A script call on one sale: its eight keys, no arguments yet.
     fn call<'a>(&self, script: &'a redis::Script, sale: &SaleId) -> ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
         for key in self.keys(sale).all() {

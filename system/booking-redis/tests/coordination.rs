@@ -356,3 +356,29 @@ async fn the_status_writer_on_redis_never_shows_a_full_level_open() {
     let g = d.level(&gold).unwrap();
     assert_eq!((g.taken, g.state), (40, LevelState::Full));
 }
+
+#[tokio::test]
+async fn warming_opens_the_pool_up_to_its_size() {
+    let server = RedisServer::start();
+    let c = booking_redis::RedisCoordination::connect(&server.url(), 12)
+        .await
+        .unwrap();
+    assert_eq!(c.warm(5).await, 5);
+    assert_eq!(c.warm(100).await, 12, "never past the pool size");
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let clients: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    assert!(
+        clients > 12,
+        "redis sees {clients} clients: the pool's 12 and ours"
+    );
+}

@@ -129,10 +129,12 @@ async fn build_with(
         StackKind::Redis => {
             let url = &config.stack.redis_url;
             let pool = config.stack.redis_pool_size;
-            (
-                Arc::new(RedisLedger::connect(url, pool, &config.key_prefix).await?),
-                Arc::new(RedisCoordination::connect(url, pool).await?),
-            )
+            let ledger = RedisLedger::connect(url, pool, &config.key_prefix).await?;
+            let coordination = RedisCoordination::connect(url, pool).await?;
+            // a flash sale starts with its burst: connect before it, not in it
+            let (l, c) = tokio::join!(ledger.warm(pool), coordination.warm(pool));
+            tracing::info!(ledger = l, coordination = c, "redis pools warmed");
+            (Arc::new(ledger), Arc::new(coordination))
         }
     };
     let embedded = match first {
