@@ -50,8 +50,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use booking::coordination::keys;
 use booking::gateway::{GatewayError, GatewayPaymentState, codes};
-use booking::records::{BookingRecord, ConfirmPath, RecordStatus};
-use booking::{CandidateHash, PaymentId};
+use booking::records::{BookingRecord, Condition, ConfirmPath, RecordStatus};
+use booking::{Bug, CandidateHash, PaymentId};
 use booking_service::confirm::{ConfirmPorts, MarkPaidOutcome, PaidRequest, mark_paid};
 use serde::Deserialize;
 use sns::{MessageType, SnsMessage};
@@ -265,6 +265,7 @@ pub async fn confirm_payment(
         ledger: stack.ledger.as_ref(),
         mailer: stack.mailer.as_ref(),
         alerts: stack.alerts.as_ref(),
+        bugs: &stack.settings.bugs,
     };
     let now_ms = stack.clock.now_ms();
     let request = PaidRequest {
@@ -410,6 +411,10 @@ pub async fn handle_callback(
         tracing::warn!(%payment, "callback with a wrong signature refused");
         return CallbackAnswer::Forbidden;
     }
+    let bugs = &stack.settings.bugs;
+    if bugs.on(Bug::TrustRedirectCancel) && query.status.as_deref() == Some("cancel") {
+        return trust_cancel(stack, &copy).await;
+    }
     let record = match stack.records.get(&copy.candidate, true).await {
         Ok(record) => record,
         Err(e) => {
@@ -424,11 +429,34 @@ pub async fn handle_callback(
         Gate::Open { deadline_ms } => deadline_ms,
     };
     let now_ms = stack.clock.now_ms();
-    if now_ms >= deadline_ms {
+    if now_ms >= deadline_ms && !bugs.on(Bug::ExecuteAfterDeadline) {
         tracing::info!(%payment, deadline_ms, now_ms, "callback after the hold deadline: not executed");
         return CallbackAnswer::Expired;
     }
-    let hold_left = Duration::from_millis(deadline_ms - now_ms);
+    let hold_left = if now_ms >= deadline_ms {
+        // the zoo's trap `execute_after_deadline`: as if the hold went on
+        stack.settings.request_deadline
+    } else {
+        Duration::from_millis(deadline_ms - now_ms)
+    };
+    if bugs.on(Bug::TrustRedirectSuccess) && query.status.as_deref() == Some("success") {
+        // the zoo's trap: PAID on the browser's word, nothing executed
+        return match confirm_payment(
+            stack,
+            metrics,
+            &copy.candidate,
+            &payment,
+            Some(&copy),
+            "UNVERIFIED",
+            ConfirmPath::Callback,
+        )
+        .await
+        {
+            Confirmed::Paid { .. } => CallbackAnswer::Paid,
+            Confirmed::NotOurs => CallbackAnswer::NeedsAttention,
+            Confirmed::Uncertain => CallbackAnswer::Pending,
+        };
+    }
     let lock = keys::execute_lock(&stack.prefix, &stack.sale, &payment);
     let owner = format!("{:032x}", rand::random::<u128>());
     let lock_ttl = stack.settings.request_deadline * EXECUTE_LOCK_DEADLINES;
@@ -450,6 +478,26 @@ pub async fn handle_callback(
         Err(e) => tracing::warn!(%payment, error = %e, "execute lock not released; it expires"),
     }
     answer
+}
+
+/// The zoo's bug `trust_redirect_cancel`: the redirect says cancel, so the
+/// seat is given back (payment-guarded, as every release) and the HELD record
+/// deleted, without asking the gateway.
+async fn trust_cancel(stack: &Stack, copy: &BookingCopy) -> CallbackAnswer {
+    let released = stack
+        .ledger
+        .release(&stack.sale, &copy.candidate, &copy.payment_id)
+        .await;
+    let deleted = stack
+        .records
+        .delete(
+            &copy.candidate,
+            Condition::StatusIsWithPayment(RecordStatus::Held, copy.payment_id.clone()),
+        )
+        .await;
+    tracing::warn!(payment = %copy.payment_id, ?released, deleted = deleted.is_ok(),
+        "redirect status=cancel trusted (bug switched on)");
+    CallbackAnswer::NotPaid
 }
 
 /// What the record says before anything is executed.

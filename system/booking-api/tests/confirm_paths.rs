@@ -765,3 +765,66 @@ async fn garbage_on_the_webhook_is_rejected() {
     }
     t.stop().await;
 }
+
+// ---------------------------------------------------------------------------
+// The bug zoo's callback switches: each does its damage only when on.
+
+fn with_bug(bug: booking::Bug) -> TestOptions {
+    let mut o = options();
+    o.settings.bugs = booking::Bugs::of([bug]);
+    o
+}
+
+#[tokio::test]
+async fn the_trust_redirect_cancel_bug_frees_a_held_seat() {
+    let t = start_with(with_bug(booking::Bug::TrustRedirectCancel)).await;
+    let b = book_held(&t, "c-1").await;
+    let query = format!(
+        "paymentID={}&status=cancel&signature={}",
+        b.payment, b.copy.signature
+    );
+    let (status, page) = callback(&t, &query).await;
+    assert_eq!(status, 402, "{page}");
+    assert!(record(&t, &b).await.is_none(), "the record is gone");
+    assert!(
+        t.ledger
+            .hold(&t.stack.sale, &b.candidate)
+            .await
+            .unwrap()
+            .is_none(),
+        "the seat was given back on the browser's word"
+    );
+    assert_eq!(executes(&t, &b), 0);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn the_trust_redirect_success_bug_marks_paid_without_an_execute() {
+    let t = start_with(with_bug(booking::Bug::TrustRedirectSuccess)).await;
+    let b = book_held(&t, "c-1").await;
+    let url = approve(&b).await;
+    let (status, page) = deliver(&t, &url).await;
+    assert_eq!(status, 200, "{page}");
+    let r = record(&t, &b).await.unwrap();
+    assert_eq!(r.status, RecordStatus::Paid);
+    assert_eq!(executes(&t, &b), 0, "PAID, and no money taken");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn the_execute_after_deadline_bug_executes_a_late_callback() {
+    let start_ms = booking::SystemClock.now_ms();
+    let clock = ManualClock::new(start_ms);
+    let o = TestOptions {
+        clock: Arc::new(clock.clone()),
+        ..with_bug(booking::Bug::ExecuteAfterDeadline)
+    };
+    let t = start_with(o).await;
+    let b = book_held(&t, "c-1").await;
+    let url = approve(&b).await;
+    clock.advance(t.stack.settings.hold + Duration::from_secs(1));
+    let (status, page) = deliver(&t, &url).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(executes(&t, &b), 1, "money taken after the deadline");
+    t.stop().await;
+}

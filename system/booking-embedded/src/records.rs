@@ -26,7 +26,7 @@ use booking::records::{
     BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
     StreamKind, StreamRecord, Throttles, UserIdentity, ttl_for_deadline,
 };
-use booking::{CandidateHash, PaymentId};
+use booking::{Bug, Bugs, CandidateHash, PaymentId};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -45,6 +45,9 @@ pub struct RecordsConfig {
     pub reads_per_s: Option<u32>,
     /// Stream records kept; a reader further behind gets an error.
     pub stream_retained_max: usize,
+    /// The bug zoo's switches (`paid_keeps_ttl` lives here: the HELD→PAID
+    /// update forgets to remove the TTL attribute).
+    pub bugs: Bugs,
 }
 
 impl Default for RecordsConfig {
@@ -54,6 +57,7 @@ impl Default for RecordsConfig {
             writes_per_s: None,
             reads_per_s: None,
             stream_retained_max: STREAM_RETAINED_MAX,
+            bugs: Bugs::none(),
         }
     }
 }
@@ -390,6 +394,27 @@ impl EmbeddedRecords {
         guard: impl Fn(&BookingRecord) -> bool,
         change: impl FnOnce(BookingRecord) -> BookingRecord,
     ) -> Result<BookingRecord, RecordError> {
+        self.update_with(candidate, guard, change, true)
+    }
+
+    /// [`Self::update`] without the record's own check: only for a bug of
+    /// the zoo, which must be able to write what the check refuses.
+    fn update_unchecked(
+        &self,
+        candidate: &CandidateHash,
+        guard: impl Fn(&BookingRecord) -> bool,
+        change: impl FnOnce(BookingRecord) -> BookingRecord,
+    ) -> Result<BookingRecord, RecordError> {
+        self.update_with(candidate, guard, change, false)
+    }
+
+    fn update_with(
+        &self,
+        candidate: &CandidateHash,
+        guard: impl Fn(&BookingRecord) -> bool,
+        change: impl FnOnce(BookingRecord) -> BookingRecord,
+        checked: bool,
+    ) -> Result<BookingRecord, RecordError> {
         let now_ms = self.clock.now_ms();
         let mut table = self.table.lock();
         self.charge(&mut table, Capacity::Write, now_ms)?;
@@ -398,7 +423,9 @@ impl EmbeddedRecords {
             return Err(RecordError::condition_failed(current));
         };
         let new = change(matching);
-        new.check().map_err(RecordError::Invalid)?;
+        if checked {
+            new.check().map_err(RecordError::Invalid)?;
+        }
         self.commit(&mut table, now_ms, candidate, Some(new.clone()));
         Ok(new)
     }
@@ -432,6 +459,16 @@ impl RecordStore for EmbeddedRecords {
         path: ConfirmPath,
         now_ms: u64,
     ) -> Result<BookingRecord, RecordError> {
+        if self.config.bugs.on(Bug::PaidKeepsTtl) {
+            // the zoo's bug: the update expression without `REMOVE expiresAt`
+            return self.update_unchecked(candidate, held_with(payment_id), |r| {
+                let ttl = r.expires_at_s;
+                BookingRecord {
+                    expires_at_s: ttl,
+                    ..r.into_paid(path, now_ms)
+                }
+            });
+        }
         self.update(candidate, held_with(payment_id), |r| {
             r.into_paid(path, now_ms)
         })

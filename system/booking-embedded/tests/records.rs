@@ -828,3 +828,33 @@ async fn a_stale_record_is_replaced_so_the_new_payment_can_be_marked_paid() {
     assert_eq!(paid.payment_id, pay("P2"));
     assert_eq!(paid.expires_at_s, None);
 }
+
+/// The zoo's bug `paid_keeps_ttl`: the PAID record keeps the hold's TTL, and
+/// the TTL service deletes a paid booking later. Without it, never.
+#[tokio::test]
+async fn the_paid_keeps_ttl_bug_lets_the_ttl_service_delete_a_paid_booking() {
+    for (bugs, deleted) in [
+        (booking::Bugs::none(), 0),
+        (booking::Bugs::of([booking::Bug::PaidKeepsTtl]), 1),
+    ] {
+        let (s, clock) = store_with(RecordsConfig {
+            bugs: bugs.clone(),
+            ..RecordsConfig::default()
+        });
+        s.put(held("x", "P1", T0), Condition::NotExists)
+            .await
+            .unwrap();
+        let paid = s
+            .mark_paid(&cand("x"), &pay("P1"), ConfirmPath::Callback, T0)
+            .await
+            .unwrap();
+        assert_eq!(paid.status, RecordStatus::Paid);
+        assert_eq!(paid.expires_at_s.is_some(), deleted == 1, "{bugs:?}");
+        clock.advance(std::time::Duration::from_millis(2 * HOLD_MS));
+        assert_eq!(s.sweep_ttl(10).len(), deleted, "{bugs:?}");
+        assert_eq!(
+            s.get(&cand("x"), true).await.unwrap().is_none(),
+            deleted == 1
+        );
+    }
+}

@@ -128,7 +128,7 @@ async fn build_with(
         },
         StackKind::Redis => {
             let url = &config.stack.redis_url;
-            let pool = config.stack.redis_pool_size;
+            let pool = config.redis_pool_size();
             let ledger = RedisLedger::connect(url, pool, &config.key_prefix).await?;
             let coordination = RedisCoordination::connect(url, pool).await?;
             // a flash sale starts with its burst: connect before it, not in it
@@ -142,7 +142,10 @@ async fn build_with(
         None => Embedded {
             records: Arc::new(EmbeddedRecords::new(
                 clock.clone(),
-                RecordsConfig::default(),
+                RecordsConfig {
+                    bugs: settings.bugs.clone(),
+                    ..RecordsConfig::default()
+                },
             )),
             queue: Arc::new(EmbeddedQueue::new(
                 clock.clone(),
@@ -213,7 +216,8 @@ async fn build_with(
             clock,
         )
         .with_throttle(settings.status_throttle)
-        .with_writer_id(&instance),
+        .with_writer_id(&instance)
+        .with_bugs(&settings.bugs),
     );
     Ok(Server {
         stack,

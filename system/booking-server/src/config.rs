@@ -241,6 +241,20 @@ pub struct ServerConfig {
     pub key_prefix: String,
     /// When set, the `/ops/` routes require `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
+    /// Production (the default) refuses the bug zoo's switches
+    /// (`settings.bugs`); only a rehearsal may switch a bug back on.
+    pub environment: Environment,
+}
+
+/// Where an instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Environment {
+    /// Real sales: no bug switch may be on.
+    #[default]
+    Production,
+    /// A rehearsal: the bug zoo may switch bugs back on.
+    Rehearsal,
 }
 
 impl Default for ServerConfig {
@@ -263,6 +277,7 @@ impl Default for ServerConfig {
             settings: Settings::default(),
             key_prefix: KEY_PREFIX_DEFAULT.to_owned(),
             admin_token: None,
+            environment: Environment::Production,
         }
     }
 }
@@ -288,11 +303,22 @@ impl ServerConfig {
     /// The settings the services run with: the configured ones, scaled.
     pub fn effective_settings(&self) -> Settings {
         let mut s = self.settings.clone();
-        s.redis_pool_size = self.stack.redis_pool_size;
+        s.redis_pool_size = self.redis_pool_size();
         if (self.time_scale - 1.0).abs() > f64::EPSILON {
             s = s.scaled(self.time_scale);
         }
         s
+    }
+
+    /// Redis connections per instance: the configured size, or, with the
+    /// zoo's `small_redis_pool` switched on, [`booking::bugs::SMALL_REDIS_POOL`]
+    /// (a pool sized for normal traffic, not for the burst).
+    pub fn redis_pool_size(&self) -> usize {
+        if self.settings.bugs.on(booking::Bug::SmallRedisPool) {
+            booking::bugs::SMALL_REDIS_POOL
+        } else {
+            self.stack.redis_pool_size
+        }
     }
 
     /// Levels and caps, as the ledger takes them.
@@ -315,6 +341,13 @@ impl ServerConfig {
     /// Refuses what cannot run.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.environment == Environment::Production && !self.settings.bugs.is_empty() {
+            let on: Vec<String> = self.settings.bugs.iter().map(|b| b.to_string()).collect();
+            return bad(format!(
+                "bug switches are refused in production: {} (set environment = \"rehearsal\")",
+                on.join(", ")
+            ));
+        }
         if self.levels.is_empty() {
             return bad("at least one level is needed".into());
         }
@@ -412,6 +445,21 @@ pub struct ServeArgs {
     /// Require this bearer token on the /ops/ routes.
     #[arg(long, env = "SELLOUT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Production (the default) or rehearsal (the only one that may switch
+    /// a bug of the zoo back on).
+    #[arg(long, value_enum)]
+    pub environment: Option<Environment>,
+    /// Switch a bug of the zoo back on (repeat; rehearsals only): see
+    /// `booking::bugs` for the names.
+    #[arg(long = "bug", value_parser = parse_bug)]
+    pub bugs: Vec<booking::Bug>,
+}
+
+fn parse_bug(s: &str) -> Result<booking::Bug, String> {
+    booking::Bug::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = booking::Bug::ALL.iter().map(|b| b.name()).collect();
+        format!("unknown bug {s:?}; one of: {}", names.join(", "))
+    })
 }
 
 impl ServeArgs {
@@ -434,6 +482,10 @@ impl ServeArgs {
             }
         }
         set(&mut c.sale, &self.sale);
+        set(&mut c.environment, &self.environment);
+        if !self.bugs.is_empty() {
+            c.settings.bugs = booking::Bugs::of(self.bugs.iter().copied());
+        }
         if !self.levels.is_empty() {
             c.levels = self.levels.clone();
         }
@@ -526,5 +578,39 @@ mod tests {
         assert!(trust.topics.check("arn:x").is_ok());
         assert!(trust.topics.check("arn:y").is_err());
         assert!("gold:x:1".parse::<LevelConfig>().is_err());
+    }
+
+    #[test]
+    fn bug_switches_are_refused_in_production_only() {
+        let text = r#"
+            [settings]
+            bugs = ["paid_keeps_ttl"]
+        "#;
+        let c = ServerConfig::from_toml(text).unwrap();
+        assert_eq!(
+            c.environment,
+            Environment::Production,
+            "production by default"
+        );
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("paid_keeps_ttl"), "{err}");
+        let rehearsal =
+            ServerConfig::from_toml(&format!("environment = \"rehearsal\"\n{text}")).unwrap();
+        rehearsal.validate().unwrap();
+        assert_eq!(
+            rehearsal.redis_pool_size(),
+            booking::settings::REDIS_POOL_SIZE
+        );
+        let mut small = rehearsal.clone();
+        small.settings.bugs = booking::Bugs::of([booking::Bug::SmallRedisPool]);
+        assert_eq!(small.redis_pool_size(), booking::bugs::SMALL_REDIS_POOL);
+        assert!(
+            rehearsal
+                .effective_settings()
+                .bugs
+                .on(booking::Bug::PaidKeepsTtl)
+        );
+        assert!(ServerConfig::from_toml("[settings]\nbugs = [\"made_up\"]").is_err());
+        ServerConfig::default().validate().unwrap();
     }
 }

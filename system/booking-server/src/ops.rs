@@ -317,6 +317,9 @@ impl AuditReport {
 ///   say (open flag, cap and taken per level);
 /// - `status_never_showed_full_level_open`: no document written since the
 ///   last reset showed a full level (or a closed sale) as open;
+/// - `status_writes_in_read_order`: no document written since the last reset
+///   was built from an older read than one written before it (an older
+///   read landing last can show a level that has filled as open);
 /// - with `gateway_ledger` (the mock's `/__mock/ledger`):
 ///   `gateway_completed_have_paid_booking`,
 ///   `paid_bookings_completed_at_gateway` and
@@ -529,6 +532,7 @@ pub async fn audit(
     ));
     let since = server.reset_at_ms.load(Ordering::SeqCst);
     let mut shown_open = Vec::new();
+    let mut generated = Vec::new();
     for w in server.embedded.sink.writes() {
         if w.at_ms < since {
             continue;
@@ -540,6 +544,7 @@ pub async fn audit(
         if &doc.sale != sale {
             continue;
         }
+        generated.push(doc.generated_at_ms);
         for l in doc.shows_full_level_open() {
             shown_open.push(format!(
                 "at {}: {} open with {}/{}",
@@ -552,6 +557,16 @@ pub async fn audit(
         shown_open.len() as u64,
         0,
         &shown_open,
+    ));
+    let unordered: Vec<String> = booking::status::writes_out_of_read_order(generated)
+        .into_iter()
+        .map(|(i, g, newest)| format!("write {i}: read at {g}, after a write read at {newest}"))
+        .collect();
+    invariants.push(Invariant::at_most(
+        "status_writes_in_read_order",
+        unordered.len() as u64,
+        0,
+        &unordered,
     ));
 
     if let Some(ledger) = gateway_ledger {
@@ -611,10 +626,8 @@ pub fn executed_after_deadline(
     records: &[BookingRecord],
     hold_ms: u64,
 ) -> Vec<String> {
-    let by_payment: BTreeMap<&str, &BookingRecord> = records
-        .iter()
-        .map(|r| (r.payment_id.as_str(), r))
-        .collect();
+    let by_payment: BTreeMap<&str, &BookingRecord> =
+        records.iter().map(|r| (r.payment_id.as_str(), r)).collect();
     let ms = |v: Option<&serde_json::Value>| {
         v.and_then(|s| s.as_str())
             .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())

@@ -105,6 +105,7 @@ fn spawn_loops(
         stack.alerts.clone(),
         WorkerConfig {
             wait: WORKER_WAIT,
+            bugs: settings.bugs.clone(),
             ..WorkerConfig::default()
         },
     ));

@@ -214,6 +214,7 @@ fn assert_all_passed(report: &Value) {
         "gateway_completed_have_paid_booking",
         "paid_bookings_completed_at_gateway",
         "no_payment_executed_after_deadline",
+        "status_writes_in_read_order",
     ] {
         assert!(
             invariants.iter().any(|i| i["name"] == name),

@@ -33,7 +33,7 @@
 use booking::ledger::{Ledger, LedgerError, Step};
 use booking::notify::{Alert, Alerts, Confirmation, Mailer, NotifyError};
 use booking::records::{BookingRecord, ConfirmPath, RecordError, RecordStatus, RecordStore};
-use booking::{CandidateHash, PaymentId};
+use booking::{Bug, Bugs, CandidateHash, PaymentId};
 
 /// The ports the confirm step uses.
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +46,8 @@ pub struct ConfirmPorts<'a> {
     pub mailer: &'a dyn Mailer,
     /// Alerts to a human.
     pub alerts: &'a dyn Alerts,
+    /// The bug zoo's switches (`email_before_paid` lives here).
+    pub bugs: &'a Bugs,
 }
 
 /// What to mark paid.
@@ -216,6 +218,11 @@ pub async fn mark_paid(
     ports: ConfirmPorts<'_>,
     request: &PaidRequest,
 ) -> Result<MarkPaidOutcome, ConfirmError> {
+    let emailed_early = if ports.bugs.on(Bug::EmailBeforePaid) {
+        email_before_update(ports, request).await
+    } else {
+        false
+    };
     let result = ports
         .records
         .mark_paid(
@@ -238,8 +245,28 @@ pub async fn mark_paid(
                 path = ?request.path, winner = ?record.paid_by, ?ledger, "already paid");
             Ok(MarkPaidOutcome::AlreadyPaid { record, ledger })
         }
-        Claim::Won(record) => Ok(after_win(ports, request, record).await),
+        Claim::Won(record) => Ok(after_win(ports, request, record, emailed_early).await),
     }
+}
+
+/// The zoo's trap `email_before_paid`: the confirmation goes out for the
+/// HELD record of this payment before the conditional update has decided
+/// who won, so every path that gets here sends one. Whether one was sent.
+async fn email_before_update(ports: ConfirmPorts<'_>, request: &PaidRequest) -> bool {
+    let Ok(Some(record)) = ports.records.get(&request.candidate, true).await else {
+        return false;
+    };
+    if record.payment_id != request.payment_id {
+        return false;
+    }
+    let confirmation = Confirmation {
+        sale: record.sale.clone(),
+        candidate: record.candidate.clone(),
+        level: record.level.clone(),
+        payment_id: record.payment_id.clone(),
+        trx_id: request.trx_id.clone(),
+    };
+    ports.mailer.send(&confirmation).await.is_ok()
 }
 
 /// What the winner does: ledger, latch, email.
@@ -247,6 +274,7 @@ async fn after_win(
     ports: ConfirmPorts<'_>,
     request: &PaidRequest,
     record: BookingRecord,
+    emailed_early: bool,
 ) -> MarkPaidOutcome {
     tracing::info!(candidate = %record.candidate, payment = %record.payment_id,
         path = ?request.path, "HELD→PAID won");
@@ -273,7 +301,11 @@ async fn after_win(
         }
         LedgerMark::Done | LedgerMark::AlreadyPaid => {}
     }
-    let email = send_confirmation(ports, &record, request.trx_id.clone()).await;
+    let email = if emailed_early {
+        EmailOutcome::Sent
+    } else {
+        send_confirmation(ports, &record, request.trx_id.clone()).await
+    };
     MarkPaidOutcome::Won {
         record,
         ledger,

@@ -41,7 +41,7 @@ use booking::notify::{Alert, Alerts, Mailer};
 use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, ttl_for_deadline,
 };
-use booking::{SaleId, Settings};
+use booking::{Bug, SaleId, Settings};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
@@ -121,6 +121,14 @@ pub fn decide(
                 }
             } else {
                 Action::Leave
+            }
+        }
+        Some(GatewayPaymentState::Unknown(_)) | None
+            if past_deadline && settings.bugs.on(Bug::ReleaseOnUnansweredQuery) =>
+        {
+            // the zoo's trap: uncertainty taken for "not paid"
+            Action::Release {
+                reason: ReleaseReason::Expired,
             }
         }
         Some(GatewayPaymentState::Unknown(_)) | None => {
@@ -649,6 +657,7 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
                 ledger: ports.ledger.as_ref(),
                 mailer: ports.mailer.as_ref(),
                 alerts: ports.alerts.as_ref(),
+                bugs: &config.settings.bugs,
             };
             match confirm::mark_paid(confirm_ports, &request).await {
                 Ok(MarkPaidOutcome::Won { .. }) => Done::Paid,
@@ -846,6 +855,28 @@ mod tests {
             decide(&r, &other, DEADLINE + 1, &s),
             Action::NoteFailure,
             "another payment's answer"
+        );
+    }
+
+    #[test]
+    fn the_zoos_trap_releases_on_an_unanswered_query_only_past_the_deadline() {
+        let s = Settings {
+            bugs: booking::Bugs::of([Bug::ReleaseOnUnansweredQuery]),
+            ..Settings::default()
+        };
+        let r = record(0, 0);
+        let err = Err(GatewayError::Timeout);
+        assert_eq!(decide(&r, &err, DEADLINE - 1, &s), Action::NoteFailure);
+        assert_eq!(
+            decide(&r, &err, DEADLINE, &s),
+            Action::Release {
+                reason: ReleaseReason::Expired
+            }
+        );
+        // without the switch, the same answer is never a release
+        assert_eq!(
+            decide(&r, &err, DEADLINE, &Settings::default()),
+            Action::NoteFailure
         );
     }
 

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use booking::bugs::{Bug, Bugs};
 use booking::ids::deduplication_id;
 use booking::ledger::{Hold, HoldState, Ledger};
 use booking::notify::{Alert, Alerts};
@@ -214,6 +215,26 @@ pub fn next_step(verdict: &WorkerVerdict) -> ConflictStep {
     }
 }
 
+/// What a switched-on bug of the zoo makes of a verdict (pure); with no
+/// bug on, the verdict itself and no seat given back.
+///
+/// - `stale_held_not_replaced`: a stale HELD record with another payment is
+///   kept (`ReplaceStale` becomes `Duplicate`), so the new booking can never
+///   be marked paid;
+/// - `rebook_counted_as_duplicate`: the same, and the "duplicate" admission's
+///   seat is given back (the `true`): a counter drifts.
+pub fn bugged_verdict(verdict: WorkerVerdict, bugs: &Bugs) -> (WorkerVerdict, bool) {
+    match verdict {
+        WorkerVerdict::ReplaceStale { .. } if bugs.on(Bug::StaleHeldNotReplaced) => {
+            (WorkerVerdict::Duplicate, false)
+        }
+        WorkerVerdict::ReplaceStale { .. } if bugs.on(Bug::RebookCountedAsDuplicate) => {
+            (WorkerVerdict::Duplicate, true)
+        }
+        verdict => (verdict, false),
+    }
+}
+
 /// How the worker polls.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerConfig {
@@ -225,6 +246,8 @@ pub struct WorkerConfig {
     pub conflict_rounds: u32,
     /// Pause after a failed receive.
     pub receive_backoff: Duration,
+    /// The bug zoo's switches (none in production).
+    pub bugs: Bugs,
 }
 
 impl Default for WorkerConfig {
@@ -234,6 +257,7 @@ impl Default for WorkerConfig {
             wait: RECEIVE_WAIT_MAX,
             conflict_rounds: 3,
             receive_backoff: Duration::from_secs(1),
+            bugs: Bugs::none(),
         }
     }
 }
@@ -397,6 +421,14 @@ impl Worker {
             };
             let read = self.records.get(&record.candidate, true).await;
             let verdict = classify_conflict(&record, blocked.as_ref(), &read);
+            let (verdict, give_back) = bugged_verdict(verdict, &self.config.bugs);
+            if give_back {
+                // the zoo's bug: a seat given back for a live booking
+                let _ = self
+                    .ledger
+                    .release(&record.sale, &record.candidate, &record.payment_id)
+                    .await;
+            }
             tracing::debug!(candidate = %record.candidate, payment = %record.payment_id, ?verdict, "put conflict");
             match next_step(&verdict) {
                 ConflictStep::Finish(outcome) => return outcome,
@@ -535,6 +567,40 @@ mod tests {
             token: Some(RequestToken::parse("t1").unwrap()),
             request_ms,
             deadline_ms: request_ms + 600_000,
+        }
+    }
+
+    #[test]
+    fn bugs_change_only_the_replace_verdict_and_only_when_on() {
+        let replace = WorkerVerdict::ReplaceStale {
+            condition: Condition::NotExists,
+        };
+        assert_eq!(
+            bugged_verdict(replace.clone(), &Bugs::none()),
+            (replace.clone(), false)
+        );
+        let other_bug = Bugs::of([Bug::PaidKeepsTtl]);
+        assert_eq!(
+            bugged_verdict(replace.clone(), &other_bug),
+            (replace.clone(), false)
+        );
+        assert_eq!(
+            bugged_verdict(replace.clone(), &Bugs::of([Bug::StaleHeldNotReplaced])),
+            (WorkerVerdict::Duplicate, false)
+        );
+        assert_eq!(
+            bugged_verdict(replace, &Bugs::of([Bug::RebookCountedAsDuplicate])),
+            (WorkerVerdict::Duplicate, true)
+        );
+        let all = Bugs::of(Bug::ALL);
+        for v in [
+            WorkerVerdict::Skip,
+            WorkerVerdict::Duplicate,
+            WorkerVerdict::Stale,
+            WorkerVerdict::Released,
+            WorkerVerdict::PutAgain,
+        ] {
+            assert_eq!(bugged_verdict(v.clone(), &all), (v, false));
         }
     }
 

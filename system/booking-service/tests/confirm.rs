@@ -139,3 +139,29 @@ async fn a_payment_for_a_released_seat_is_paid_and_alerted() {
     ));
     assert_eq!(s.alerts.kinds(), vec!["paid_after_release".to_string()]);
 }
+
+/// The zoo's trap `email_before_paid`: the email goes before the update, so
+/// every path that reaches the step sends one, winner or not.
+#[tokio::test]
+async fn the_email_before_paid_trap_sends_one_per_path() {
+    for (bugs, emails) in [
+        (booking::Bugs::none(), 1),
+        (booking::Bugs::of([booking::Bug::EmailBeforePaid]), 2),
+    ] {
+        let mut s = Stack::new(1, &["x"]).await;
+        s.settings.bugs = bugs.clone();
+        let m = s.book("x", "t1", "P1").await;
+        s.records
+            .put(m.record(), Condition::NotExists)
+            .await
+            .unwrap();
+        for path in [ConfirmPath::Callback, ConfirmPath::Webhook] {
+            mark_paid(s.confirm_ports(), &request(&s, "x", "P1", path))
+                .await
+                .unwrap();
+        }
+        assert_eq!(s.mailer.0.lock().len(), emails, "{bugs:?}");
+        let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+        assert_eq!(rec.status, RecordStatus::Paid);
+    }
+}

@@ -264,3 +264,45 @@ async fn the_worker_loop_drains_the_queue_and_stops() {
     assert_eq!(w.stats().stored, 3);
     assert_eq!(s.records.scan_all().await.unwrap().len(), 3);
 }
+
+/// The zoo's worker bugs, switched on: the stale record of a cancel-then-rebook
+/// is kept (and, for one of them, the new booking's seat is given back).
+#[tokio::test(start_paused = true)]
+async fn the_zoos_worker_bugs_keep_the_stale_record_and_one_gives_a_seat_back() {
+    use booking::{Bug, Bugs};
+    for (bug, count_after) in [
+        (Bug::StaleHeldNotReplaced, 1),
+        (Bug::RebookCountedAsDuplicate, 0),
+    ] {
+        let s = Stack::new(1, &["x"]).await;
+        let w = Worker::new(
+            s.queue.clone(),
+            s.records.clone(),
+            s.ledger.clone(),
+            s.alerts.clone(),
+            WorkerConfig {
+                bugs: Bugs::of([bug]),
+                ..WorkerConfig::default()
+            },
+        );
+        let old = s.book("x", "t1", "P1").await;
+        s.records
+            .put(old.record(), Condition::NotExists)
+            .await
+            .unwrap();
+        s.ledger
+            .release(&s.sale, &cand("x"), &pay("P1"))
+            .await
+            .unwrap();
+        s.clock.advance(Duration::from_secs(1));
+        let new = s.book("x", "t2", "P2").await;
+        assert_eq!(
+            w.handle(&delivery(&new, 1)).await,
+            Outcome::Duplicate,
+            "{bug}"
+        );
+        let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+        assert_eq!(rec.payment_id, pay("P1"), "{bug}: the stale record stays");
+        assert_eq!(s.count().await, count_after, "{bug}");
+    }
+}

@@ -6,6 +6,7 @@
 //! traits. Adapters live in `booking-embedded` (in-process, the default) and
 //! `booking-redis`.
 
+pub mod bugs;
 pub mod clock;
 pub mod coordination;
 pub mod gateway;
@@ -17,6 +18,7 @@ pub mod records;
 pub mod settings;
 pub mod status;
 
+pub use bugs::{Bug, Bugs};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coordination::{Coordination, CoordinationError};
 pub use gateway::{

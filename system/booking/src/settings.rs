@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bugs::Bugs;
+
 /// How long a seat is held while the candidate pays.
 pub const HOLD: Duration = Duration::from_secs(10 * 60);
 /// How often the reconciler sweeps.
@@ -100,6 +102,10 @@ pub struct Settings {
     pub pending_stale_after: Duration,
     /// See [`REDIS_POOL_SIZE`].
     pub redis_pool_size: usize,
+    /// The bug zoo's switches ([`crate::bugs`]): none, unless a rehearsal
+    /// asks to prove the harness catches one. Refused in production.
+    #[serde(skip_serializing_if = "Bugs::is_empty")]
+    pub bugs: Bugs,
 }
 
 impl Default for Settings {
@@ -124,6 +130,7 @@ impl Default for Settings {
             booking_copy_slack: BOOKING_COPY_SLACK,
             pending_stale_after: PENDING_STALE_AFTER,
             redis_pool_size: REDIS_POOL_SIZE,
+            bugs: Bugs::none(),
         }
     }
 }

@@ -56,6 +56,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bugs::{Bug, Bugs};
 use crate::clock::Clock;
 use crate::coordination::{Coordination, CoordinationError, keys};
 use crate::ids::{Level, SaleId};
@@ -165,6 +166,26 @@ impl StatusDocument {
     pub fn level(&self, level: &Level) -> Option<&LevelStatus> {
         self.levels.iter().find(|l| &l.level == level)
     }
+}
+
+/// The writes (in the order they landed) whose document was built from an
+/// older read than the write before them (`generated_at_ms` went back):
+/// what the writer lock prevents. Returns `(index, generated_at_ms, the
+/// previous write's)` for each.
+pub fn writes_out_of_read_order(
+    generated_at_ms: impl IntoIterator<Item = u64>,
+) -> Vec<(usize, u64, u64)> {
+    let mut out = Vec::new();
+    let mut newest: Option<u64> = None;
+    for (i, g) in generated_at_ms.into_iter().enumerate() {
+        if let Some(n) = newest {
+            if g < n {
+                out.push((i, g, n));
+            }
+        }
+        newest = Some(newest.map_or(g, |n| n.max(g)));
+    }
+    out
 }
 
 /// Which status latches are set.
@@ -299,6 +320,7 @@ pub struct StatusWriter {
     lock_ttl: Duration,
     writer_id: String,
     calls: AtomicU64,
+    unordered: bool,
 }
 
 impl std::fmt::Debug for StatusWriter {
@@ -334,7 +356,17 @@ impl StatusWriter {
             lock_ttl: WRITER_LOCK_TTL,
             writer_id: "status-writer".to_owned(),
             calls: AtomicU64::new(0),
+            unordered: false,
         }
+    }
+
+    /// The bug zoo's switches: `unlatched_status_writer` publishes without
+    /// the writer lock and the dirty mark, so two writers can land their
+    /// documents in the other order than their reads, and an older read
+    /// (a level with seats left) overwrites a newer one (the level full).
+    pub fn with_bugs(mut self, bugs: &Bugs) -> StatusWriter {
+        self.unordered = bugs.on(Bug::UnlatchedStatusWriter);
+        self
     }
 
     /// The throttle window (a rehearsal scales it: `Settings::status_throttle`).
@@ -411,6 +443,9 @@ impl StatusWriter {
     /// checks it after unlocking, so a change is always followed by a write
     /// whose read comes after it.
     pub async fn publish(&self) -> Result<Publish, StatusError> {
+        if self.unordered {
+            return self.publish_unordered().await;
+        }
         let lock = writer_lock_key(&self.prefix, &self.sale);
         let dirty = dirty_key(&self.prefix, &self.sale);
         self.coordination.set(&dirty, "1", None).await?;
@@ -451,6 +486,22 @@ impl StatusWriter {
             .map_err(|e| StatusError::Encode(e.to_string()))?;
         self.sink.put(&bytes).await?;
         Ok(())
+    }
+
+    /// The zoo's bug: read, then a round trip, then write, with nothing
+    /// ordering this writer against the others.
+    async fn publish_unordered(&self) -> Result<Publish, StatusError> {
+        let counters = self.ledger.counters(&self.sale).await?;
+        let document = StatusDocument::from_counters(&self.sale, &counters, self.clock.now_ms());
+        let _ = self
+            .coordination
+            .get(&dirty_key(&self.prefix, &self.sale))
+            .await?;
+        let bytes = document
+            .to_json()
+            .map_err(|e| StatusError::Encode(e.to_string()))?;
+        self.sink.put(&bytes).await?;
+        Ok(Publish::Wrote { writes: 1 })
     }
 
     /// The latches of the counters' levels and of the sale.
@@ -505,6 +556,16 @@ mod tests {
             closed,
             full: full.iter().map(|l| level(l)).collect(),
         }
+    }
+
+    #[test]
+    fn writes_out_of_read_order_are_those_older_than_any_before() {
+        assert!(writes_out_of_read_order([]).is_empty());
+        assert!(writes_out_of_read_order([1, 1, 2, 5, 5, 9]).is_empty());
+        assert_eq!(
+            writes_out_of_read_order([1, 5, 3, 4, 6]),
+            vec![(2, 3, 5), (3, 4, 5)]
+        );
     }
 
     #[test]

@@ -224,6 +224,7 @@ impl Stack {
             ledger: self.ledger.as_ref(),
             mailer: self.mailer.as_ref(),
             alerts: self.alerts.as_ref(),
+            bugs: &self.settings.bugs,
         }
     }
 
