@@ -48,6 +48,10 @@ pub struct RecordsConfig {
     /// The bug zoo's switches (`paid_keeps_ttl` lives here: the HELD→PAID
     /// update forgets to remove the TTL attribute).
     pub bugs: Bugs,
+    /// How late the TTL service deletes an expired item, ms after its TTL
+    /// (DynamoDB's deletions are best-effort and late; the reconciler, not
+    /// the TTL, is the timer). 0: at the first sweep after expiry.
+    pub ttl_delay_ms: u64,
 }
 
 impl Default for RecordsConfig {
@@ -58,6 +62,7 @@ impl Default for RecordsConfig {
             reads_per_s: None,
             stream_retained_max: STREAM_RETAINED_MAX,
             bugs: Bugs::none(),
+            ttl_delay_ms: 0,
         }
     }
 }
@@ -294,7 +299,7 @@ impl EmbeddedRecords {
     }
 
     /// The TTL service, run late: deletes up to `limit` records whose TTL
-    /// (`expires_at_s`) has passed, earliest first, with the TTL service's
+    /// (`expires_at_s`) passed at least `ttl_delay_ms` ago, earliest first, with the TTL service's
     /// identity on their REMOVE stream records. Costs no throughput. Returns the
     /// deleted records. DynamoDB does this on its own, hours late at worst; here
     /// the owner decides when, so a test can be as late as it likes.
@@ -307,7 +312,11 @@ impl EmbeddedRecords {
             .filter_map(Item::current)
             .filter_map(|r| {
                 r.expires_at_s
-                    .filter(|e| e.saturating_mul(1_000) <= now_ms)
+                    .filter(|e| {
+                        e.saturating_mul(1_000)
+                            .saturating_add(self.config.ttl_delay_ms)
+                            <= now_ms
+                    })
                     .map(|e| (e, r.clone()))
             })
             .collect();

@@ -858,3 +858,19 @@ async fn the_paid_keeps_ttl_bug_lets_the_ttl_service_delete_a_paid_booking() {
         );
     }
 }
+
+/// The TTL service is late by `ttl_delay_ms`: nothing goes before.
+#[tokio::test]
+async fn the_ttl_service_deletes_only_after_its_delay() {
+    let (s, clock) = store_with(RecordsConfig {
+        ttl_delay_ms: 30_000,
+        ..RecordsConfig::default()
+    });
+    s.put(held("x", "P1", T0), Condition::NotExists)
+        .await
+        .unwrap();
+    clock.advance(std::time::Duration::from_millis(HOLD_MS + 29_000));
+    assert!(s.sweep_ttl(10).is_empty(), "expired, but not yet swept");
+    clock.advance(std::time::Duration::from_millis(1_000));
+    assert_eq!(s.sweep_ttl(10).len(), 1);
+}

@@ -144,6 +144,9 @@ async fn build_with(
                 clock.clone(),
                 RecordsConfig {
                     bugs: settings.bugs.clone(),
+                    // late like DynamoDB's: the reconciler, which looks a
+                    // sweep window ahead, always decides first
+                    ttl_delay_ms: settings.sweep_window.as_millis() as u64,
                     ..RecordsConfig::default()
                 },
             )),

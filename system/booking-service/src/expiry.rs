@@ -8,6 +8,17 @@
 //! reconciler's own deletes carry no identity and are ignored, as are PAID
 //! records (which carry no TTL anyway).
 //!
+//! It also ignores a HELD record on which the reconciler wrote down doubt (a
+//! failed gateway query, or an extension): the net releases without asking
+//! the gateway, and "never release when you are not sure" outranks it. Such
+//! a seat stays held; the reconciler, which keeps asking, finds the hold
+//! without its record ([`Ledger::stale_held`]), writes the record again and
+//! decides when the gateway answers. The lifecycle property test found the
+//! case: a gateway silent through all three extensions, then the TTL of the
+//! last extended deadline releasing a payment that had completed.
+//!
+//! [`Ledger::stale_held`]: booking::Ledger::stale_held
+//!
 //! Batches are handled in order with partial-batch failure: a record whose
 //! release fails stops the batch, and the next read starts again from it.
 
@@ -45,11 +56,17 @@ pub fn decide(record: &StreamRecord) -> ExpiryAction {
         return ExpiryAction::Ignore;
     }
     match &record.old {
-        Some(old) if old.status == RecordStatus::Held => ExpiryAction::Release {
-            sale: old.sale.clone(),
-            candidate: old.candidate.clone(),
-            payment_id: old.payment_id.clone(),
-        },
+        Some(old)
+            if old.status == RecordStatus::Held
+                && old.query_failures == 0
+                && old.extensions == 0 =>
+        {
+            ExpiryAction::Release {
+                sale: old.sale.clone(),
+                candidate: old.candidate.clone(),
+                payment_id: old.payment_id.clone(),
+            }
+        }
         _ => ExpiryAction::Ignore,
     }
 }
@@ -276,5 +293,21 @@ mod tests {
             ..removal(held(), Some(UserIdentity::ttl_service()))
         };
         assert_eq!(decide(&insert), ExpiryAction::Ignore);
+        // doubt written down by the reconciler: never released by the net
+        for doubt in [
+            BookingRecord {
+                query_failures: 1,
+                ..held()
+            },
+            BookingRecord {
+                extensions: 1,
+                ..held()
+            },
+        ] {
+            assert_eq!(
+                decide(&removal(doubt, Some(UserIdentity::ttl_service()))),
+                ExpiryAction::Ignore
+            );
+        }
     }
 }

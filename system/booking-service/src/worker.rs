@@ -12,13 +12,18 @@
 //! unacknowledged. A message left five times ends in the dead-letter queue,
 //! whose single message raises an alert ([`Worker::check_dead_letters`]).
 //!
-//! The worker never touches a seat counter. It *reads* the ledger in one case
-//! only: a redelivered message (`receive_count > 1`) whose record is absent
-//! could be a booking released after its first delivery was written; writing
-//! it again would resurrect it. So before writing a redelivery the worker asks
-//! the ledger whether this payment's hold is still live ([`hold_is_live`]).
-//! A first delivery cannot follow its own release: a release needs the record
-//! that this delivery writes.
+//! The worker never touches a seat counter. It *reads* the ledger before
+//! every write: a message whose record is absent could be a booking already
+//! released, and writing it would resurrect it. A redelivery can follow a
+//! release of the record its first delivery wrote; even a first delivery can,
+//! because the reconciler releases a held hold that has no record once its
+//! deadline and the booking copy's slack have passed (its message was
+//! dead-lettered, or never sent: the proptest in `tests/lifecycle.rs` found a
+//! worker that was merely that late). So the worker asks the ledger whether
+//! this payment's hold is still live ([`hold_is_live`]) and writes only if it
+//! is. Between that read and the write a release could still slip in; the
+//! record it would leave has no ledger hold, and the reconciler's next sweep
+//! releases it again (a no-op) and deletes it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -395,7 +400,11 @@ impl Worker {
             Err(why) => return Outcome::Poison(why),
         };
         let record = parsed.record;
-        if received.receive_count > 1 {
+        // Every delivery, not only redeliveries: the reconciler releases a
+        // held hold that has no record once its deadline and the copy's slack
+        // have passed (an admission message dead-lettered, or never sent), so
+        // a first delivery that late must not write the released booking back.
+        {
             let hold = self.ledger.hold(&record.sale, &record.candidate).await;
             let paid = self.ledger.paid(&record.sale, &record.candidate).await;
             match (hold, paid) {

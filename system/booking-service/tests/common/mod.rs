@@ -135,6 +135,11 @@ pub fn cand(s: &str) -> CandidateHash {
 impl Stack {
     /// A sale with one level of `cap` seats and these candidates, open.
     pub async fn new(cap: u32, candidates: &[&str]) -> Stack {
+        Stack::new_with(cap, candidates, RecordsConfig::default()).await
+    }
+
+    /// [`Stack::new`] with a record store configured so.
+    pub async fn new_with(cap: u32, candidates: &[&str], records: RecordsConfig) -> Stack {
         let clock = ManualClock::new(START_MS);
         let shared: Arc<dyn booking::Clock> = Arc::new(clock.clone());
         let settings = Settings::default();
@@ -142,10 +147,7 @@ impl Stack {
             sale: SaleId::parse("launch").unwrap(),
             level: Level::parse("gold").unwrap(),
             ledger: Arc::new(EmbeddedLedger::new()),
-            records: Arc::new(EmbeddedRecords::new(
-                shared.clone(),
-                RecordsConfig::default(),
-            )),
+            records: Arc::new(EmbeddedRecords::new(shared.clone(), records)),
             queue: Arc::new(EmbeddedQueue::new(
                 shared.clone(),
                 QueueConfig::from_settings(&settings),
