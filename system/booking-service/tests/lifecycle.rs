@@ -40,7 +40,9 @@ use std::time::Duration;
 
 use booking::queue::Queue;
 use booking::records::{ConfirmPath, RecordStatus, RecordStore};
-use booking::{Admission, CandidateHash, GatewayPaymentState, Ledger, PaymentId, RequestToken};
+use booking::{
+    Admission, Bug, Bugs, CandidateHash, GatewayPaymentState, Ledger, PaymentId, RequestToken,
+};
 use booking_service::confirm::{PaidRequest, mark_paid};
 use booking_service::expiry::ExpiryHandler;
 use booking_service::worker::{AdmissionMessage, Worker, WorkerConfig};
@@ -129,18 +131,28 @@ struct Run {
 
 impl Run {
     async fn new() -> Run {
+        Run::with_bugs(Bugs::none()).await
+    }
+
+    /// A run with these bugs of the zoo switched on everywhere they live.
+    async fn with_bugs(bugs: Bugs) -> Run {
         let settings = booking::Settings::default();
         let records = booking_embedded::records::RecordsConfig {
             ttl_delay_ms: settings.sweep_window.as_millis() as u64,
+            bugs: bugs.clone(),
             ..booking_embedded::records::RecordsConfig::default()
         };
-        let s = Stack::new_with(CAP, &NAMES, records).await;
+        let mut s = Stack::new_with(CAP, &NAMES, records).await;
+        s.settings.bugs = bugs.clone();
         let worker = Worker::new(
             s.queue.clone(),
             s.records.clone(),
             s.ledger.clone(),
             s.alerts.clone(),
-            WorkerConfig::default(),
+            WorkerConfig {
+                bugs,
+                ..WorkerConfig::default()
+            },
         );
         let expiry = ExpiryHandler::new(s.records.clone(), s.ledger.clone(), 0);
         Run {
@@ -305,7 +317,7 @@ impl Run {
         let counters = s.ledger.counters(&s.sale).await.unwrap();
         let count = counters.levels[0].count;
         if count > CAP {
-            return Err(format!("count {count} above cap {CAP}"));
+            return Err(format!("within_cap: count {count} above cap {CAP}"));
         }
         let mut live = 0;
         let records: BTreeMap<CandidateHash, _> = s
@@ -323,7 +335,9 @@ impl Run {
             live += u32::from(hold.is_some()) + u32::from(paid.is_some());
             if let Some(was) = self.truth.paid.get(&c) {
                 if paid.as_ref() != Some(was) {
-                    return Err(format!("{name}: paid with {was}, now {paid:?}"));
+                    return Err(format!(
+                        "paid_stays_paid: {name} paid with {was}, now {paid:?}"
+                    ));
                 }
             }
             if let Some(p) = &paid {
@@ -338,24 +352,29 @@ impl Run {
                         ));
                         if !held {
                             return Err(format!(
-                                "{name}: HELD record {} without the ledger's hold ({hold:?})",
+                                "held_record_has_its_hold: {name}: HELD record {} without the ledger's hold ({hold:?})",
                                 r.payment_id
                             ));
                         }
                     }
                     RecordStatus::Paid => {
                         if !self.truth.completed(&r.payment_id) {
-                            return Err(format!("{name}: PAID {} not completed", r.payment_id));
+                            return Err(format!(
+                                "paid_is_completed: {name}: PAID {} not completed",
+                                r.payment_id
+                            ));
                         }
                         if paid.as_ref() != Some(&r.payment_id) {
-                            return Err(format!("{name}: PAID record, ledger paid {paid:?}"));
+                            return Err(format!(
+                                "paid_record_matches_ledger: {name}: ledger paid {paid:?}"
+                            ));
                         }
                     }
                 }
             }
         }
         if count != live {
-            return Err(format!("count {count} != holds + paid {live}"));
+            return Err(format!("count_is_holds_plus_paid: count {count} != {live}"));
         }
         let mut emails: BTreeMap<PaymentId, usize> = BTreeMap::new();
         for e in s.mailer.0.lock().iter() {
@@ -363,17 +382,17 @@ impl Run {
         }
         for (p, n) in &emails {
             if *n > 1 {
-                return Err(format!("{n} emails for {p}"));
+                return Err(format!("one_email_per_payment: {n} emails for {p}"));
             }
             let paid_record = records
                 .values()
                 .any(|r| r.payment_id == *p && r.status == RecordStatus::Paid);
             if !paid_record {
-                return Err(format!("email for {p} without a PAID record"));
+                return Err(format!("email_only_when_paid: {p} has no PAID record"));
             }
         }
         if s.alerts.kinds().iter().any(|k| k == "paid_after_release") {
-            return Err("paid_after_release alert".into());
+            return Err("no_paid_after_release: alert raised".into());
         }
         Ok(())
     }
@@ -394,7 +413,7 @@ impl Run {
         let s = &self.s;
         let records = s.records.scan_all().await.unwrap();
         if let Some(r) = records.iter().find(|r| r.status == RecordStatus::Held) {
-            return Err(format!("HELD record left at quiescence: {r:?}"));
+            return Err(format!("no_held_left: {r:?}"));
         }
         let paid: BTreeSet<&PaymentId> = records.iter().map(|r| &r.payment_id).collect();
         let emails: Vec<PaymentId> = s
@@ -406,15 +425,18 @@ impl Run {
             .collect();
         for p in self.truth.state.keys().filter(|p| self.truth.completed(p)) {
             if !paid.contains(p) {
-                return Err(format!("completed {p} has no PAID booking"));
+                return Err(format!("completed_is_paid: {p} has no PAID booking"));
             }
             if emails.iter().filter(|e| *e == p).count() != 1 {
-                return Err(format!("completed {p} has not exactly one email"));
+                return Err(format!("completed_has_one_email: {p}"));
             }
         }
         let count = s.ledger.counters(&s.sale).await.unwrap().levels[0].count;
         if count as usize != records.len() {
-            return Err(format!("count {count} != {} PAID bookings", records.len()));
+            return Err(format!(
+                "count_is_paid_at_quiescence: {count} != {}",
+                records.len()
+            ));
         }
         Ok(())
     }
@@ -448,20 +470,27 @@ proptest! {
 
 /// Runs `ops` and checks after every step and at quiescence.
 fn replay(ops: &[Op]) -> Result<(), String> {
+    replay_with(Bugs::none(), ops)
+}
+
+/// [`replay`] with bugs of the zoo switched on.
+fn replay_with(bugs: Bugs, ops: &[Op]) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut run = Run::new().await;
+        let mut run = Run::with_bugs(bugs).await;
         for (i, op) in ops.iter().enumerate() {
             run.apply(op).await;
             run.check()
                 .await
                 .map_err(|e| format!("after step {i} {op:?}: {e}"))?;
         }
-        run.settle().await
+        run.settle()
+            .await
+            .map_err(|e| format!("at quiescence: {e}"))
     })
 }
 
@@ -502,4 +531,35 @@ fn regression_the_safety_net_never_releases_a_hold_in_doubt() {
         Op::Ttl,
     ])
     .unwrap();
+}
+
+/// The zoo at the component level: with a bug switched on, the same random
+/// search finds a sequence that breaks the invariant the bug breaks, and
+/// shrinks it. (The rehearsal-level zoo runs the whole harness.)
+#[test]
+fn the_property_catches_the_zoos_component_bugs() {
+    use proptest::test_runner::{Config, TestError, TestRunner};
+    for (bug, invariant) in [
+        (Bug::PaidKeepsTtl, "completed_is_paid"),
+        (Bug::EmailBeforePaid, "one_email_per_payment"),
+        (Bug::ReleaseOnUnansweredQuery, "completed_is_paid"),
+    ] {
+        let mut runner = TestRunner::new(Config {
+            cases: 2_000,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let found = runner.run(&proptest::collection::vec(op(), 1..60), |ops| {
+            replay_with(Bugs::of([bug]), &ops).map_err(TestCaseError::fail)
+        });
+        match found {
+            Err(TestError::Fail(why, ops)) => {
+                assert!(
+                    why.message().contains(invariant),
+                    "{bug}: caught by another invariant: {why} ({ops:?})"
+                );
+            }
+            other => panic!("{bug} not caught: {other:?}"),
+        }
+    }
 }
