@@ -495,6 +495,8 @@ impl Backends {
                 let coordination = RedisCoordination::connect(&url, pool)
                     .await
                     .expect("Redis coordination connects");
+                // as the server does: the pools open before the first request
+                tokio::join!(ledger.warm(pool), coordination.warm(pool));
                 Backends {
                     ledger: Arc::new(ledger),
                     coordination: Arc::new(coordination),
