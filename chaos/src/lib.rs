@@ -1,0 +1,37 @@
+//! Chaos (SPEC §5): faults at every boundary of the booking system, and the
+//! histories and checkers that show the system absorbed them.
+//!
+//! - [`schedule`]: the fault schedule (TOML): what, where, when, for how long,
+//!   how often; [`Decider`], the seeded coins.
+//! - [`injector`]: [`Injector`], shared by a run's wrappers: finds the faults
+//!   active for a call, tosses their coins, sleeps the delays, logs what fired
+//!   ([`FiredFault`]) and counts it per fault ([`FaultCount`]).
+//! - [`wrappers`]: one wrapper per port ([`FaultyLedger`], [`FaultyRecords`],
+//!   [`FaultyQueue`], [`FaultyCoordination`], [`FaultyGateway`],
+//!   [`FaultyMailer`], [`FaultyAlerts`], [`FaultySink`], [`SkewedClock`]),
+//!   each surfacing injected failures in the port's own error type.
+//! - [`history`]: a Jepsen-style history ([`History`], [`Op`]) and its
+//!   checkers ([`counter_bounds`], [`unique_ids`], [`total_queue`],
+//!   [`no_paid_released`]).
+//!
+//! Nothing here knows the scenarios crate: a run builds an [`Injector`] from a
+//! [`Schedule`] and a seed, wraps its backends, records a [`History`], and
+//! checks it against the backends' [`FinalState`] afterwards.
+
+pub mod history;
+pub mod injector;
+pub mod schedule;
+pub mod wrappers;
+
+pub use history::{
+    CheckResult, EmailSent, FinalState, History, LevelFinal, Op, OpHandle, OpKind, OpValue,
+    Outcome, PaidBooking, check_all, counter_bounds, no_paid_released, total_queue, unique_ids,
+};
+pub use injector::{Effect, Failure, FaultCount, FiredFault, Injector, TokioClock, Verdict};
+pub use schedule::{
+    Decider, Decision, Delay, FaultKind, FaultSpec, Schedule, ScheduleError, Target,
+};
+pub use wrappers::{
+    FaultError, FaultyAlerts, FaultyCoordination, FaultyGateway, FaultyLedger, FaultyMailer,
+    FaultyQueue, FaultyRecords, FaultySink, SkewedClock,
+};
