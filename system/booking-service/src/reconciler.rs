@@ -1,8 +1,8 @@
 //! The reconciler: the only release path.
 //!
 //! One instance per sale runs it, under a lock with an owner token
-//! (`keys::reconciler_lock`, TTL twice the sweep interval, renewed every
-//! sweep). Every sweep:
+//! (`keys::reconciler_lock`, renewed every sweep, with a TTL longer than the
+//! longest sweep: [`ReconcilerConfig::lock_ttl`]). Every sweep:
 //!
 //! 1. undoes stale pending admissions (requests that died before their hold
 //!    was enqueued), by request token;
@@ -184,9 +184,17 @@ impl ReconcilerConfig {
         }
     }
 
-    /// The lock's TTL: twice the sweep interval.
+    /// The lock's TTL: longer than the longest sweep (the budget, plus one
+    /// gateway query started just before it ran out) plus two intervals, so
+    /// the lock never lapses under a sweep still running (two leaders would
+    /// release the same records: harmless, the steps are guarded, but wasted
+    /// work and noise). A dead leader is replaced within this long.
     pub fn lock_ttl(&self) -> Duration {
-        self.settings.sweep_interval.saturating_mul(2)
+        self.settings
+            .sweep_interval
+            .saturating_mul(2)
+            .saturating_add(self.settings.sweep_budget)
+            .saturating_add(self.query_timeout)
     }
 }
 

@@ -168,11 +168,14 @@ async fn only_the_lock_holder_sweeps() {
     assert_eq!(rb.due, 0);
     assert!(a.tick().await.leader, "renewed");
     assert_eq!(s.gateway.queried.lock().len(), 2, "only a queried");
-    // a dies: its lock runs out after twice the interval, then b takes over
-    s.clock.advance(Duration::from_secs(41));
+    // a dies: its lock outlives the longest sweep (2 × 20 s + the 45 s budget
+    // + the 8 s query timeout = 93 s), then b takes over
+    s.clock.advance(Duration::from_secs(92));
+    assert!(!b.tick().await.leader, "a's lock still covers a sweep in progress");
+    s.clock.advance(Duration::from_secs(2));
     assert!(b.tick().await.leader);
     assert!(!a.tick().await.leader);
-    assert_eq!((a.stats().not_leader, b.stats().not_leader), (1, 1));
+    assert_eq!((a.stats().not_leader, b.stats().not_leader), (1, 2));
 }
 
 #[tokio::test(start_paused = true)]
