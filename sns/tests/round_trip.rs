@@ -191,3 +191,25 @@ fn signer_debug_does_not_leak_the_key() {
         "{debug}"
     );
 }
+
+/// Version 2 is signed by AWS-LC; PKCS#1 v1.5 is deterministic, so its
+/// signature must be byte for byte the one the pure-Rust `rsa` crate makes
+/// with the same key (and version 1, signed by that crate, verifies too).
+#[test]
+fn version_2_signatures_match_the_rsa_crate_byte_for_byte() {
+    use base64::Engine as _;
+    use rsa::pkcs8::DecodePrivateKey as _;
+    use rsa::signature::{SignatureEncoding as _, Signer as _};
+    let signer = Signer::generate("cross-check").unwrap();
+    let key = rsa::RsaPrivateKey::from_pkcs8_pem(signer.key_pem()).unwrap();
+    let reference = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key);
+    for mut msg in all_messages() {
+        signer.sign(&mut msg, SignatureVersion::V2).unwrap();
+        let ours = base64::engine::general_purpose::STANDARD
+            .decode(&msg.signature)
+            .unwrap();
+        let data = sns::string_to_sign(&msg).unwrap();
+        assert_eq!(ours, reference.sign(data.as_bytes()).to_vec());
+        verify(&msg, signer.cert_pem().as_bytes()).unwrap();
+    }
+}
