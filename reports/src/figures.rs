@@ -1,0 +1,155 @@
+//! Figures derived from a [`Report`], shared by the HTML, Markdown and
+//! comparison renderings, and number formatting that all of them use.
+
+use chrono::{DateTime, Duration, SecondsFormat};
+
+use crate::model::{InvariantResult, Report, TransactionFigures};
+
+/// The transaction whose latency the headline quotes.
+pub const BOOKING: &str = "booking";
+
+/// The latency figures of transaction `name`.
+pub fn transaction<'a>(r: &'a Report, name: &str) -> Option<&'a TransactionFigures> {
+    r.load.transactions.iter().find(|t| t.name == name)
+}
+
+/// Booking p99, ms: from the booking transaction, else from the
+/// `booking_p99_ms` invariant.
+pub fn booking_p99_ms(r: &Report) -> Option<f64> {
+    transaction(r, BOOKING)
+        .map(|t| t.p99_ms)
+        .or_else(|| r.invariant("booking_p99_ms").map(|i| i.figure))
+}
+
+/// PAID bookings over every confirm path.
+pub fn paid_total(r: &Report) -> u64 {
+    r.sale.paid_by_path.values().sum()
+}
+
+/// How long the run took, ms: the wall-clock difference when both timestamps
+/// parse, else the end of the last phase.
+pub fn duration_ms(r: &Report) -> u64 {
+    let wall = DateTime::parse_from_rfc3339(&r.started_at)
+        .ok()
+        .zip(DateTime::parse_from_rfc3339(&r.finished_at).ok())
+        .and_then(|(s, f)| u64::try_from((f - s).num_milliseconds()).ok());
+    wall.unwrap_or_else(|| r.phases.iter().map(|p| p.end_ms).max().unwrap_or(0))
+}
+
+/// The wall-clock time `ms` after the run started, RFC 3339 UTC to the
+/// millisecond, if `started_at` parses.
+pub fn wall_clock(r: &Report, ms: u64) -> Option<String> {
+    let start = DateTime::parse_from_rfc3339(&r.started_at).ok()?;
+    let t = start.checked_add_signed(Duration::milliseconds(i64::try_from(ms).ok()?))?;
+    Some(t.to_utc().to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// The invariants, failed ones first, otherwise in report order.
+pub fn failed_first(r: &Report) -> Vec<&InvariantResult> {
+    let mut v: Vec<&InvariantResult> = r.invariants.iter().collect();
+    v.sort_by_key(|i| i.passed);
+    v
+}
+
+/// `value` with thousands separators and at most three decimals, trailing
+/// zeros dropped: `104971` → `104,971`, `1999.9633` → `1,999.963`.
+pub fn fmt_num(value: f64) -> String {
+    if !value.is_finite() {
+        return value.to_string();
+    }
+    let s = format!("{:.3}", value.abs());
+    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
+    let frac = frac.trim_end_matches('0');
+    let mut grouped = String::with_capacity(int.len() + int.len() / 3);
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let sign = if value < 0.0 && (int != "0" || !frac.is_empty()) {
+        "-"
+    } else {
+        ""
+    };
+    if frac.is_empty() {
+        format!("{sign}{grouped}")
+    } else {
+        format!("{sign}{grouped}.{frac}")
+    }
+}
+
+/// An integer with thousands separators.
+pub fn fmt_int(value: u64) -> String {
+    fmt_num(value as f64)
+}
+
+/// A figure with its unit (`count` is left out): `31.743 ms`, `0`.
+pub fn with_unit(value: f64, unit: &str) -> String {
+    match unit {
+        "" | "count" => fmt_num(value),
+        "%" => format!("{}%", fmt_num(value)),
+        u => format!("{} {u}", fmt_num(value)),
+    }
+}
+
+/// An invariant's threshold as a bound: `≤ 50 ms`, `≥ 1,950 bookings/s`.
+pub fn threshold(i: &InvariantResult) -> String {
+    let op = match i.bound.as_str() {
+        "at_most" => "≤",
+        "at_least" => "≥",
+        other => other,
+    };
+    format!("{op} {}", with_unit(i.threshold, &i.unit))
+}
+
+/// Milliseconds as seconds with one decimal: `89494` → `89.5 s`.
+pub fn fmt_secs(ms: u64) -> String {
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+/// `part` of `whole` as a percentage with one decimal, if `whole` is not 0.
+pub fn pct(part: f64, whole: f64) -> Option<String> {
+    (whole != 0.0 && part.is_finite() && whole.is_finite())
+        .then(|| format!("{:.1}%", part / whole * 100.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_grouped_and_trimmed() {
+        assert_eq!(fmt_num(0.0), "0");
+        assert_eq!(fmt_num(104_971.0), "104,971");
+        assert_eq!(fmt_num(1_999.963_307), "1,999.963");
+        assert_eq!(fmt_num(31.7), "31.7");
+        assert_eq!(fmt_num(0.01), "0.01");
+        assert_eq!(fmt_num(-1234.5), "-1,234.5");
+        assert_eq!(fmt_num(-0.0001), "0");
+        assert_eq!(fmt_num(123.0), "123");
+        assert_eq!(fmt_num(1_000_000.0), "1,000,000");
+        assert_eq!(fmt_int(20_647), "20,647");
+    }
+
+    #[test]
+    fn units_and_bounds() {
+        let mut i = InvariantResult {
+            name: "booking_p99_ms".into(),
+            passed: true,
+            figure: 31.743,
+            threshold: 50.0,
+            unit: "ms".into(),
+            bound: "at_most".into(),
+            detail: String::new(),
+        };
+        assert_eq!(threshold(&i), "≤ 50 ms");
+        i.bound = "at_least".into();
+        i.unit = "count".into();
+        assert_eq!(threshold(&i), "≥ 50");
+        assert_eq!(with_unit(0.01, "%"), "0.01%");
+        assert_eq!(fmt_secs(89_494), "89.5 s");
+        assert_eq!(pct(1.0, 4.0).as_deref(), Some("25.0%"));
+        assert_eq!(pct(1.0, 0.0), None);
+    }
+}
