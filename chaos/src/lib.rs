@@ -10,6 +10,8 @@
 //!   [`FaultyQueue`], [`FaultyCoordination`], [`FaultyGateway`],
 //!   [`FaultyMailer`], [`FaultyAlerts`], [`FaultySink`], [`SkewedClock`]),
 //!   each surfacing injected failures in the port's own error type.
+//! - [`sim`]: a whole sale in virtual time ([`SimConfig`], [`sim::run`],
+//!   [`SimReport`]): the real components on a paused tokio runtime.
 //! - [`history`]: a Jepsen-style history ([`History`], [`Op`]) and its
 //!   checkers ([`counter_bounds`], [`unique_ids`], [`total_queue`],
 //!   [`no_paid_released`]).
@@ -21,6 +23,7 @@
 pub mod history;
 pub mod injector;
 pub mod schedule;
+pub mod sim;
 pub mod wrappers;
 
 pub use history::{
@@ -31,6 +34,7 @@ pub use injector::{Effect, Failure, FaultCount, FiredFault, Injector, TokioClock
 pub use schedule::{
     Decider, Decision, Delay, FaultKind, FaultSpec, Schedule, ScheduleError, Target,
 };
+pub use sim::{SimConfig, SimError, SimReport};
 pub use wrappers::{
     FaultError, FaultyAlerts, FaultyCoordination, FaultyGateway, FaultyLedger, FaultyMailer,
     FaultyQueue, FaultyRecords, FaultySink, SkewedClock,

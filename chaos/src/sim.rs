@@ -1,0 +1,1117 @@
+//! A whole sale in virtual time (issue 5): the real booking components over
+//! the embedded backends, without HTTP, on a paused current-thread tokio
+//! runtime, so a 40,000-candidate sale with its ten-minute holds and
+//! twenty-second sweeps runs in seconds of wall time, and the same seed
+//! gives the same sale.
+//!
+//! What runs, as tasks on the runtime:
+//! - the candidates ([`plan::plan_arrivals`]): the burst at 2,000
+//!   admissions/s, then late arrivals; each admission is what `POST /bookings`
+//!   does (admit → create the payment → attach → booking copy → enqueue,
+//!   undone by its token on failure), done directly on the ports, with the
+//!   request deadline; refused candidates try another level, busy ones retry;
+//! - the payers ([`plan::PayerMix`]): pay now, pay late, abandon, approve and
+//!   never come back, cancel, fail (and some book again); a payment completes
+//!   when the callback executes it, then `confirm::mark_paid` runs for the
+//!   callback and for the gateway's webhook (lost, late, twice, or at the
+//!   same moment as the callback);
+//! - the `Worker`s, the `Reconciler`s (sharing the lock), the
+//!   `ExpiryHandler` on the change stream, and the TTL service deleting
+//!   expired records a sweep window late.
+//!
+//! The backends sit behind the chaos wrappers ([`crate::wrappers`]), so a
+//! [`Schedule`]'s faults apply; a recording layer writes the [`History`] the
+//! checkers read. When the sale is quiescent (no request or payer left, the
+//! queue empty, no HELD record, no seat held in the ledger) and stays so for
+//! a hold and a sweep window, the services stop and the invariants are
+//! checked ([`checks::invariants`] and [`crate::history::check_all`]). A sale
+//! that does not get there within [`SimConfig::virtual_limit`] is an error,
+//! not a hang.
+
+pub mod checks;
+pub mod plan;
+pub mod ports;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use booking::Settings;
+use booking::coordination::keys;
+use booking::gateway::{CreatePayment, GatewayPaymentState, PaymentGateway, codes};
+use booking::ledger::{Admission, Ledger, Step};
+use booking::notify::{Alert, Alerts, Mailer};
+use booking::queue::Queue;
+use booking::records::{ChangeStream, ConfirmPath, RecordStatus, RecordStore};
+use booking::{Bugs, CandidateHash, Clock, Coordination, Level, PaymentId, RequestToken, SaleId};
+use booking_embedded::coordination::EmbeddedCoordination;
+use booking_embedded::ledger::EmbeddedLedger;
+use booking_embedded::outputs::{AlertLog, OutboxMailer};
+use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
+use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
+use booking_service::confirm::{ConfirmPorts, MarkPaidOutcome, PaidRequest, mark_paid};
+use booking_service::expiry::ExpiryHandler;
+use booking_service::reconciler::{Reconciler, ReconcilerConfig, ReconcilerPorts};
+use booking_service::worker::{AdmissionMessage, Worker, WorkerConfig};
+use parking_lot::Mutex;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::history::{
+    CheckResult, EmailSent, FinalState, History, LevelFinal, OpKind, OpValue, PaidBooking,
+    check_all,
+};
+use crate::injector::{Injector, TokioClock};
+use crate::schedule::Schedule;
+use crate::wrappers::{
+    FaultyAlerts, FaultyCoordination, FaultyGateway, FaultyLedger, FaultyMailer, FaultyQueue,
+    FaultyRecords, SkewedClock,
+};
+use checks::{LevelEnd, Snapshot, invariants};
+use plan::{Behaviour, LoadShape, PayerMix, coin, plan_arrivals, rng_for};
+use ports::{RecordingLedger, RecordingMailer, SimGateway, process_of};
+
+/// The epoch the virtual clock starts at (ms).
+pub const EPOCH_MS: u64 = 1_800_000_000_000;
+
+/// The article's seats: six levels summing to 20,700.
+pub const ARTICLE_CAPS: [u32; 6] = [6_000, 5_000, 4_000, 3_000, 1_700, 1_000];
+
+/// The article's candidates.
+pub const ARTICLE_CANDIDATES: usize = 40_000;
+
+/// Time kept back from the request deadline for the undo (as the API does).
+const UNDO_RESERVE: Duration = Duration::from_millis(500);
+
+/// How long the webhook sender retries a refused delivery, and how often.
+const WEBHOOK_RETRIES: u32 = 5;
+const WEBHOOK_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// One simulated sale.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    /// The seed: arrivals, payers, fault coins.
+    pub seed: u64,
+    /// The admissions' shape.
+    pub load: LoadShape,
+    /// Seats per level (level `i` is named `level-{i+1}`).
+    pub caps: Vec<u32>,
+    /// How payers behave.
+    pub payers: PayerMix,
+    /// The faults.
+    pub schedule: Schedule,
+    /// The bug zoo's switches (none: production).
+    pub bugs: Bugs,
+    /// The system's numbers (the article's by default: 10-minute holds,
+    /// 20-second sweeps).
+    pub settings: Settings,
+    /// Worker instances.
+    pub workers: usize,
+    /// Reconciler instances (one leads; the others wait for the lock).
+    pub reconcilers: usize,
+    /// How often the TTL service deletes what expired a sweep window ago.
+    pub ttl_every: Duration,
+    /// A sale not quiescent after this much virtual time fails.
+    pub virtual_limit: Duration,
+}
+
+impl SimConfig {
+    /// The article's sale: 40,000 candidates, 20,700 seats over six levels,
+    /// 2,000 admissions/s for 25 s, then late arrivals over 20 minutes; no
+    /// faults, no bugs.
+    pub fn article(seed: u64) -> SimConfig {
+        SimConfig::scaled(seed, ARTICLE_CANDIDATES)
+    }
+
+    /// The article's sale with `candidates` candidates: seats, burst and
+    /// late arrivals scale with them (the rate stays 2,000/s).
+    pub fn scaled(seed: u64, candidates: usize) -> SimConfig {
+        let ratio = candidates as f64 / ARTICLE_CANDIDATES as f64;
+        let caps = ARTICLE_CAPS
+            .iter()
+            .map(|c| ((f64::from(*c) * ratio).round() as u32).max(1))
+            .collect();
+        SimConfig {
+            seed,
+            load: LoadShape {
+                candidates,
+                burst_requests: (candidates as f64 * 1.25).round() as usize,
+                burst_rate_per_s: 2_000,
+                late_share: 0.05,
+                late_window_ms: 20 * 60 * 1_000,
+                demand: vec![0.24, 0.2, 0.18, 0.16, 0.12, 0.1],
+            },
+            caps,
+            payers: PayerMix::default(),
+            schedule: Schedule::default(),
+            bugs: Bugs::none(),
+            settings: Settings::default(),
+            workers: 2,
+            reconcilers: 2,
+            ttl_every: Duration::from_secs(10),
+            virtual_limit: Duration::from_secs(8 * 60 * 60),
+        }
+    }
+}
+
+/// What a simulated sale did, and whether every check held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// Virtual time from the opening to the end of the settle period, s.
+    pub virtual_secs: u64,
+    /// Wall time of the whole run, ms (the one figure that is not the seed's).
+    pub wall_ms: u64,
+    /// `POST /bookings` requests made (first tries, repeats, retries, rebooks).
+    pub requests: u64,
+    /// Admissions the ledger counted.
+    pub admitted: u64,
+    /// Admissions undone by their token (a step after the admission failed,
+    /// or the reconciler cleaned a stale pending one).
+    pub undone: u64,
+    /// PAID bookings at the end.
+    pub paid: u64,
+    /// Seats given back by payment-guarded releases (reconciler, safety net).
+    pub released: u64,
+    /// Holds the reconciler extended.
+    pub extended: u64,
+    /// Alerts raised.
+    pub alerts: u64,
+    /// Emails delivered.
+    pub emails: u64,
+    /// Messages the worker found already written (a redelivery after a
+    /// failed delete, or a duplicate send).
+    pub redelivered: u64,
+    /// Messages in the dead-letter queue.
+    pub dead_letters: u64,
+    /// Injected faults that fired.
+    pub faults_fired: u64,
+    /// Every check: the invariants, then the history's checkers.
+    pub checks: Vec<CheckResult>,
+    /// Whether every check passed.
+    pub passed: bool,
+}
+
+impl SimReport {
+    /// The names of the checks that failed.
+    pub fn failed(&self) -> Vec<&str> {
+        self.checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
+    /// The check called `name`.
+    pub fn check(&self, name: &str) -> Option<&CheckResult> {
+        self.checks.iter().find(|c| c.name == name)
+    }
+
+    /// Whether `other` is the same sale (every figure but the wall time).
+    pub fn same_sale(&self, other: &SimReport) -> bool {
+        SimReport {
+            wall_ms: other.wall_ms,
+            ..self.clone()
+        } == *other
+    }
+
+    /// One line: the figures and the failed checks.
+    pub fn summary(&self) -> String {
+        format!(
+            "seed {}: {} virtual s in {} ms wall; {} requests, {} admitted, {} undone, \
+             {} paid, {} released, {} extended, {} alerts, {} emails, {} redelivered, \
+             {} dead letters, {} faults fired; {}",
+            self.seed,
+            self.virtual_secs,
+            self.wall_ms,
+            self.requests,
+            self.admitted,
+            self.undone,
+            self.paid,
+            self.released,
+            self.extended,
+            self.alerts,
+            self.emails,
+            self.redelivered,
+            self.dead_letters,
+            self.faults_fired,
+            if self.passed {
+                "every check passed".to_owned()
+            } else {
+                format!("FAILED {}", self.failed().join(", "))
+            }
+        )
+    }
+}
+
+/// Why a simulation could not give a report.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The configuration cannot describe a sale.
+    #[error("invalid simulation: {0}")]
+    Invalid(String),
+    /// The runtime could not be built.
+    #[error("runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+    /// A backend refused to set the sale up.
+    #[error("setting the sale up: {0}")]
+    Setup(String),
+    /// The sale did not reach quiescence within the virtual-time limit.
+    #[error("no quiescence after {virtual_secs} virtual s: {waiting_on}")]
+    NoQuiescence {
+        /// Virtual time spent.
+        virtual_secs: u64,
+        /// What was still going on.
+        waiting_on: String,
+    },
+}
+
+/// Runs one sale on its own paused current-thread runtime.
+pub fn run(config: &SimConfig) -> Result<SimReport, SimError> {
+    validate(config)?;
+    let wall = std::time::Instant::now();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()?;
+    let mut report = runtime.block_on(simulate(config))?;
+    drop(runtime);
+    report.wall_ms = wall.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+fn validate(config: &SimConfig) -> Result<(), SimError> {
+    let bad = |why: &str| Err(SimError::Invalid(why.to_owned()));
+    if config.caps.is_empty() {
+        return bad("no level");
+    }
+    if config.load.demand.len() != config.caps.len() {
+        return bad("one demand weight per level");
+    }
+    if config.load.candidates == 0 {
+        return bad("no candidate");
+    }
+    if config.workers == 0 || config.reconcilers == 0 {
+        return bad("at least one worker and one reconciler");
+    }
+    if config.ttl_every.is_zero() || config.settings.sweep_interval.is_zero() {
+        return bad("zero intervals");
+    }
+    config
+        .schedule
+        .validate()
+        .map_err(|e| SimError::Invalid(e.to_string()))
+}
+
+/// Everything the sale's tasks share.
+#[derive(Debug)]
+struct Ctx {
+    config: SimConfig,
+    sale: SaleId,
+    levels: Vec<Level>,
+    candidates: Vec<CandidateHash>,
+    clock: Arc<dyn Clock>,
+    history: History,
+    // raw backends, for the monitor and the final state
+    raw_ledger: Arc<EmbeddedLedger>,
+    raw_records: Arc<EmbeddedRecords>,
+    raw_queue: Arc<EmbeddedQueue>,
+    outbox: Arc<OutboxMailer>,
+    alert_log: Arc<AlertLog>,
+    sim_gateway: Arc<SimGateway>,
+    // the ports the components use: faults, then the recording layers
+    ledger: Arc<RecordingLedger>,
+    records: Arc<FaultyRecords>,
+    queue: Arc<dyn Queue>,
+    coordination: Arc<dyn Coordination>,
+    gateway: Arc<dyn PaymentGateway>,
+    mailer: Arc<dyn Mailer>,
+    alerts: Arc<dyn Alerts>,
+    // what is going on
+    live: AtomicU64,
+    requests: AtomicU64,
+    bookings: Mutex<Vec<(CandidateHash, PaymentId)>>,
+}
+
+/// Counts a task as live while it exists.
+struct Live<'a>(&'a AtomicU64);
+
+impl<'a> Live<'a> {
+    fn new(n: &'a AtomicU64) -> Live<'a> {
+        n.fetch_add(1, Ordering::SeqCst);
+        Live(n)
+    }
+}
+
+impl Drop for Live<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What one admission came to.
+#[derive(Debug)]
+enum Admitted {
+    Held {
+        payment: PaymentId,
+        deadline_ms: u64,
+    },
+    Holding,
+    Paid,
+    Full,
+    Busy,
+    Refused,
+}
+
+fn uniform_ms(rng: &mut ChaCha8Rng, lo: Duration, hi: Duration) -> Duration {
+    let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
+    Duration::from_millis(rng.gen_range(lo..=hi.max(lo)))
+}
+
+impl Ctx {
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn confirm_ports(&self) -> ConfirmPorts<'_> {
+        ConfirmPorts {
+            records: self.records.as_ref(),
+            ledger: self.ledger.as_ref(),
+            mailer: self.mailer.as_ref(),
+            alerts: self.alerts.as_ref(),
+            bugs: &self.config.bugs,
+        }
+    }
+
+    /// `POST /bookings`, on the ports.
+    async fn admit(
+        &self,
+        candidate: &CandidateHash,
+        level: &Level,
+        token: RequestToken,
+    ) -> Admitted {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let settings = &self.config.settings;
+        let deadline = Instant::now() + settings.request_deadline;
+        let work_until = deadline - UNDO_RESERVE.min(settings.request_deadline / 4);
+        let request_ms = self.now();
+        match tokio::time::timeout_at(
+            work_until,
+            self.ledger
+                .admit(&self.sale, candidate, level, &token, request_ms),
+        )
+        .await
+        {
+            Ok(Ok(Admission::Admitted { .. })) => {}
+            Ok(Ok(Admission::LevelFull)) => return Admitted::Full,
+            Ok(Ok(Admission::AlreadyHolding { .. })) => return Admitted::Holding,
+            Ok(Ok(Admission::AlreadyPaid { .. })) => return Admitted::Paid,
+            Ok(Ok(_)) => return Admitted::Refused,
+            Ok(Err(_)) | Err(_) => return self.undo(candidate, &token, deadline, None).await,
+        }
+        let request = CreatePayment {
+            invoice: format!("{}-{candidate}-{request_ms}", self.sale),
+            amount: "500".into(),
+            payer_reference: candidate.as_str()[..16].to_owned(),
+            callback_url: "https://sim.api/payment/callback".into(),
+        };
+        let left = work_until.saturating_duration_since(Instant::now());
+        let created =
+            match tokio::time::timeout_at(work_until, self.gateway.create(&request, left)).await {
+                Ok(Ok(created)) => created,
+                Ok(Err(_)) | Err(_) => return self.undo(candidate, &token, deadline, None).await,
+            };
+        let payment = created.payment_id;
+        let deadline_ms = self.now().saturating_add(settings.hold.as_millis() as u64);
+        match tokio::time::timeout_at(
+            work_until,
+            self.ledger
+                .attach_payment(&self.sale, candidate, &token, &payment, deadline_ms),
+        )
+        .await
+        {
+            Ok(Ok(Step::Done)) => {}
+            _ => return self.undo(candidate, &token, deadline, None).await,
+        }
+        let message = AdmissionMessage {
+            candidate: candidate.clone(),
+            sale: self.sale.clone(),
+            level: level.clone(),
+            payment_id: payment.clone(),
+            token: Some(token.clone()),
+            request_ms,
+            deadline_ms,
+        };
+        let copy_key = keys::booking_copy("sim", &self.sale, &payment);
+        let Ok(copy) = serde_json::to_string(&message) else {
+            return self.undo(candidate, &token, deadline, None).await;
+        };
+        let ttl = settings.hold + settings.booking_copy_slack;
+        match tokio::time::timeout_at(
+            work_until,
+            self.coordination.set(&copy_key, &copy, Some(ttl)),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            _ => {
+                return self
+                    .undo(candidate, &token, deadline, Some(&copy_key))
+                    .await;
+            }
+        }
+        let Ok(message) = message.to_message() else {
+            return self
+                .undo(candidate, &token, deadline, Some(&copy_key))
+                .await;
+        };
+        match tokio::time::timeout_at(work_until, self.queue.send(message)).await {
+            Ok(Ok(_)) => {}
+            _ => {
+                return self
+                    .undo(candidate, &token, deadline, Some(&copy_key))
+                    .await;
+            }
+        }
+        self.bookings
+            .lock()
+            .push((candidate.clone(), payment.clone()));
+        Admitted::Held {
+            payment,
+            deadline_ms,
+        }
+    }
+
+    /// The API's undo: by the token, before the answer; a failed undo alerts.
+    async fn undo(
+        &self,
+        candidate: &CandidateHash,
+        token: &RequestToken,
+        deadline: Instant,
+        copy_key: Option<&str>,
+    ) -> Admitted {
+        let undone = tokio::time::timeout_at(
+            deadline,
+            self.ledger.undo_admission(&self.sale, candidate, token),
+        )
+        .await;
+        if let Some(key) = copy_key {
+            let _ = tokio::time::timeout_at(deadline, self.coordination.delete(key)).await;
+        }
+        if !matches!(undone, Ok(Ok(_))) {
+            let alert = Alert {
+                kind: "undo_failed".into(),
+                detail: format!("the admission of request {token} could not be undone"),
+                candidate: Some(candidate.clone()),
+                payment_id: None,
+            };
+            if let Err(e) = self.alerts.raise(alert).await {
+                tracing::warn!(error = %e, "undo_failed alert lost");
+            }
+        }
+        Admitted::Busy
+    }
+
+    /// One confirm path: `mark_paid`, recorded as the client saw it.
+    async fn confirm(
+        &self,
+        candidate: &CandidateHash,
+        payment: &PaymentId,
+        trx_id: Option<String>,
+        path: ConfirmPath,
+    ) -> bool {
+        let op = self.history.invoke(
+            process_of(candidate),
+            OpKind::Confirm {
+                candidate: candidate.clone(),
+                payment: payment.clone(),
+            },
+        );
+        let request = PaidRequest {
+            candidate: candidate.clone(),
+            payment_id: payment.clone(),
+            trx_id,
+            path,
+            now_ms: self.now(),
+        };
+        match mark_paid(self.confirm_ports(), &request).await {
+            Ok(MarkPaidOutcome::Won { .. } | MarkPaidOutcome::AlreadyPaid { .. }) => {
+                op.ok(OpValue::Paid);
+                true
+            }
+            Ok(MarkPaidOutcome::NotHeld { .. }) => {
+                op.ok(OpValue::Refused {
+                    reason: "not_held".into(),
+                });
+                true
+            }
+            Err(_) => {
+                op.unknown();
+                false
+            }
+        }
+    }
+
+    /// The callback: execute, then HELD→PAID (unless the instance dies in
+    /// between).
+    async fn callback(&self, candidate: &CandidateHash, payment: &PaymentId, crash: bool) {
+        let within = self.config.settings.request_deadline;
+        let trx = match self.gateway.execute(payment, within).await {
+            Ok(done) => Some(done.trx_id),
+            Err(e) if e.refused_code() == Some(codes::EXECUTION_ALREADY_COMPLETED) => None,
+            // not known to be executed: the reconciler's
+            Err(_) => return,
+        };
+        if !crash {
+            self.confirm(candidate, payment, trx, ConfirmPath::Callback)
+                .await;
+        }
+    }
+
+    /// The gateway's webhook for a completed payment, retried while refused.
+    async fn webhook(&self, candidate: &CandidateHash, payment: &PaymentId) {
+        let Some(GatewayPaymentState::Completed { trx_id }) = self.sim_gateway.state(payment)
+        else {
+            return;
+        };
+        for _ in 0..WEBHOOK_RETRIES {
+            if self
+                .confirm(
+                    candidate,
+                    payment,
+                    Some(trx_id.clone()),
+                    ConfirmPath::Webhook,
+                )
+                .await
+            {
+                return;
+            }
+            tokio::time::sleep(WEBHOOK_RETRY_AFTER).await;
+        }
+    }
+
+    /// The payer pays: approves at the gateway, then the callback and the
+    /// webhook.
+    async fn pay(&self, candidate: &CandidateHash, payment: &PaymentId, rng: &mut ChaCha8Rng) {
+        if !self.sim_gateway.approve(payment) {
+            return;
+        }
+        let mix = &self.config.payers;
+        let crash = coin(mix.callback_crash, rng);
+        let lost = coin(mix.webhook_lost, rng);
+        let twice = coin(mix.webhook_twice, rng);
+        let together = coin(mix.webhook_with_callback, rng);
+        let delay = uniform_ms(rng, Duration::ZERO, Duration::from_secs(5));
+        if together {
+            tokio::join!(
+                self.callback(candidate, payment, crash),
+                self.webhook(candidate, payment)
+            );
+            return;
+        }
+        self.callback(candidate, payment, crash).await;
+        if lost {
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        if twice {
+            tokio::join!(
+                self.webhook(candidate, payment),
+                self.webhook(candidate, payment)
+            );
+        } else {
+            self.webhook(candidate, payment).await;
+        }
+    }
+
+    /// What the payer does once admitted; whether they book again.
+    async fn payer(
+        &self,
+        candidate: &CandidateHash,
+        payment: &PaymentId,
+        deadline_ms: u64,
+        rng: &mut ChaCha8Rng,
+    ) -> bool {
+        let mix = &self.config.payers;
+        let hold = self.config.settings.hold;
+        let soon = (Duration::from_secs(15), Duration::from_secs(180).min(hold));
+        match mix.draw(rng) {
+            Behaviour::PayNow => {
+                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
+                self.pay(candidate, payment, rng).await;
+                false
+            }
+            Behaviour::PayLate => {
+                let left = Duration::from_millis(deadline_ms.saturating_sub(self.now()));
+                let lo = left.saturating_sub(Duration::from_secs(90));
+                let hi = left.saturating_sub(Duration::from_secs(1));
+                tokio::time::sleep(uniform_ms(rng, lo, hi)).await;
+                self.pay(candidate, payment, rng).await;
+                false
+            }
+            Behaviour::Abandon => false,
+            Behaviour::ApproveOnly => {
+                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
+                self.sim_gateway.approve(payment);
+                false
+            }
+            Behaviour::Cancel => {
+                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
+                self.sim_gateway.cancel(payment) && coin(mix.rebook, rng)
+            }
+            Behaviour::Fail => {
+                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
+                self.sim_gateway.fail(payment) && coin(mix.rebook, rng)
+            }
+        }
+    }
+
+    /// One arrival: the candidate's requests (another level when full, again
+    /// when busy, once more after a cancelled payment) and, if admitted, the
+    /// payer.
+    async fn candidate(&self, arrival: usize, who: usize, first_level: usize) {
+        let _live = Live::new(&self.live);
+        let mut rng = rng_for(self.config.seed, 2, arrival as u64);
+        let candidate = &self.candidates[who];
+        let mut level = first_level;
+        let mut rebooks = 1u32;
+        let mut rebooking = false;
+        for attempt in 0..12u32 {
+            let Ok(token) =
+                RequestToken::parse(&format!("s{}-a{arrival}-t{attempt}", self.config.seed))
+            else {
+                return;
+            };
+            let answer = self.admit(candidate, &self.levels[level], token).await;
+            let pause = match answer {
+                Admitted::Held {
+                    payment,
+                    deadline_ms,
+                } => {
+                    let again = self.payer(candidate, &payment, deadline_ms, &mut rng).await;
+                    if !again || rebooks == 0 {
+                        return;
+                    }
+                    rebooks -= 1;
+                    rebooking = true;
+                    uniform_ms(&mut rng, Duration::from_secs(30), Duration::from_secs(300))
+                }
+                // a double click, or the rebook before the old hold is released
+                Admitted::Holding if rebooking => Duration::from_secs(60),
+                Admitted::Full if attempt < 2 => {
+                    level =
+                        (level + rng.gen_range(1..self.levels.len().max(2))) % self.levels.len();
+                    uniform_ms(&mut rng, Duration::from_secs(1), Duration::from_secs(3))
+                }
+                Admitted::Busy => {
+                    uniform_ms(&mut rng, Duration::from_secs(1), Duration::from_secs(3))
+                }
+                Admitted::Holding | Admitted::Paid | Admitted::Full | Admitted::Refused => {
+                    return;
+                }
+            };
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Whether nothing is left to do, or what is.
+    async fn busy(&self, arrivals_done: bool) -> Option<String> {
+        // the cheap look first: while anyone is still at it, that is enough
+        let live = self.live.load(Ordering::SeqCst);
+        if !arrivals_done || live > 0 {
+            return Some(format!("{live} candidates or payers still at it"));
+        }
+        let mut waiting = Vec::new();
+        if let Ok(depth) = self.raw_queue.depth().await {
+            if depth.visible + depth.in_flight > 0 {
+                waiting.push(format!(
+                    "{} queued messages",
+                    depth.visible + depth.in_flight
+                ));
+            }
+        }
+        if let Ok(held) = self.raw_records.held_due(u64::MAX, usize::MAX).await {
+            if !held.is_empty() {
+                waiting.push(format!("{} HELD records", held.len()));
+            }
+        }
+        if let Ok(pending) = self.raw_ledger.stale_pending(&self.sale, u64::MAX, 1).await {
+            if !pending.is_empty() {
+                waiting.push("pending holds in the ledger".into());
+            }
+        }
+        if let Ok(held) = self
+            .raw_ledger
+            .stale_held(&self.sale, u64::MAX, usize::MAX)
+            .await
+        {
+            // a held hold whose record is PAID is the ledger step a confirm
+            // path failed to take: a check reports it, nothing will change it
+            let mut open = 0usize;
+            for (c, _) in &held {
+                let paid = matches!(
+                    self.raw_records.get(c, true).await,
+                    Ok(Some(r)) if r.status == RecordStatus::Paid
+                );
+                open += usize::from(!paid);
+            }
+            if open > 0 {
+                waiting.push(format!("{open} seats held in the ledger"));
+            }
+        }
+        (!waiting.is_empty()).then(|| waiting.join(", "))
+    }
+
+    /// What the backends and the gateway hold now.
+    async fn snapshot(&self) -> Result<Snapshot, SimError> {
+        let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
+        let counters = self
+            .raw_ledger
+            .counters(&self.sale)
+            .await
+            .map_err(|e| setup(&e))?;
+        let records = self.raw_records.scan_all().await.map_err(|e| setup(&e))?;
+        let mut ledger_paid = BTreeMap::new();
+        for c in &self.candidates {
+            if let Some(p) = self
+                .raw_ledger
+                .paid(&self.sale, c)
+                .await
+                .map_err(|e| setup(&e))?
+            {
+                ledger_paid.insert(c.clone(), p);
+            }
+        }
+        let mut ledger_holds = BTreeSet::new();
+        for (c, _) in self
+            .raw_ledger
+            .stale_pending(&self.sale, u64::MAX, usize::MAX)
+            .await
+            .map_err(|e| setup(&e))?
+            .into_iter()
+            .chain(
+                self.raw_ledger
+                    .stale_held(&self.sale, u64::MAX, usize::MAX)
+                    .await
+                    .map_err(|e| setup(&e))?,
+            )
+        {
+            ledger_holds.insert(c);
+        }
+        let payments = self.sim_gateway.payments();
+        let completed = self
+            .bookings
+            .lock()
+            .iter()
+            .filter(|(_, p)| {
+                matches!(
+                    payments.get(p).map(|s| &s.state),
+                    Some(GatewayPaymentState::Completed { .. })
+                )
+            })
+            .cloned()
+            .collect();
+        Ok(Snapshot {
+            levels: counters
+                .levels
+                .iter()
+                .map(|l| LevelEnd {
+                    level: l.level.clone(),
+                    cap: l.cap,
+                    count: l.count,
+                })
+                .collect(),
+            records,
+            ledger_paid,
+            ledger_holds,
+            completed,
+            emails: self.outbox.sent(),
+            alerts: self.alert_log.raised(),
+        })
+    }
+}
+
+/// The final state the history's checkers read.
+fn final_state(s: &Snapshot) -> FinalState {
+    FinalState {
+        levels: s
+            .levels
+            .iter()
+            .map(|l| LevelFinal {
+                level: l.level.clone(),
+                cap: l.cap,
+                count: l.count,
+            })
+            .collect(),
+        paid: s
+            .records
+            .iter()
+            .filter(|r| r.status == RecordStatus::Paid)
+            .map(|r| PaidBooking {
+                candidate: r.candidate.clone(),
+                level: r.level.clone(),
+                payment: r.payment_id.clone(),
+            })
+            .collect(),
+        emails: s
+            .emails
+            .iter()
+            .map(|e| EmailSent {
+                candidate: e.candidate.clone(),
+                payment: e.payment_id.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The sale, on the current (paused) runtime.
+async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
+    let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
+    let settings = config.settings.clone();
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(EPOCH_MS));
+    let injector = Arc::new(Injector::new(
+        config.schedule.clone(),
+        config.seed,
+        clock.clone(),
+    ));
+    let history = History::new(clock.clone());
+    let sale = SaleId::parse("sim").map_err(|e| setup(&e))?;
+    let levels = (1..=config.caps.len())
+        .map(|i| Level::parse(&format!("level-{i}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| setup(&e))?;
+    let candidates: Vec<CandidateHash> = (0..config.load.candidates)
+        .map(|i| CandidateHash::of(&format!("sim-candidate-{i}")))
+        .collect();
+
+    let raw_ledger = Arc::new(EmbeddedLedger::new());
+    let level_caps: Vec<(Level, u32)> = levels.iter().cloned().zip(config.caps.clone()).collect();
+    raw_ledger
+        .reset(&sale, &level_caps)
+        .await
+        .map_err(|e| setup(&e))?;
+    raw_ledger
+        .load_candidates(&sale, &candidates)
+        .await
+        .map_err(|e| setup(&e))?;
+    raw_ledger
+        .set_open(&sale, true)
+        .await
+        .map_err(|e| setup(&e))?;
+    let raw_records = Arc::new(EmbeddedRecords::new(
+        clock.clone(),
+        RecordsConfig {
+            ttl_delay_ms: settings.sweep_window.as_millis() as u64,
+            bugs: config.bugs.clone(),
+            ..RecordsConfig::default()
+        },
+    ));
+    let raw_queue = Arc::new(EmbeddedQueue::new(
+        clock.clone(),
+        QueueConfig::from_settings(&settings),
+    ));
+    let outbox = Arc::new(OutboxMailer::new());
+    let alert_log = Arc::new(AlertLog::new());
+    let sim_gateway = Arc::new(SimGateway::new(clock.clone(), settings.hold));
+
+    let ledger = Arc::new(RecordingLedger::new(
+        Arc::new(FaultyLedger::new(raw_ledger.clone(), injector.clone())),
+        history.clone(),
+    ));
+    let records = Arc::new(FaultyRecords::over(raw_records.clone(), injector.clone()));
+    let queue: Arc<dyn Queue> = Arc::new(FaultyQueue::new(raw_queue.clone(), injector.clone()));
+    let coordination: Arc<dyn Coordination> = Arc::new(FaultyCoordination::new(
+        Arc::new(EmbeddedCoordination::new(clock.clone())),
+        injector.clone(),
+    ));
+    let gateway: Arc<dyn PaymentGateway> =
+        Arc::new(FaultyGateway::new(sim_gateway.clone(), injector.clone()));
+    let mailer: Arc<dyn Mailer> = Arc::new(RecordingMailer::new(
+        Arc::new(FaultyMailer::new(outbox.clone(), injector.clone())),
+        history.clone(),
+    ));
+    let alerts: Arc<dyn Alerts> = Arc::new(FaultyAlerts::new(alert_log.clone(), injector.clone()));
+
+    let ctx = Arc::new(Ctx {
+        config: config.clone(),
+        sale: sale.clone(),
+        levels,
+        candidates,
+        clock: clock.clone(),
+        history: history.clone(),
+        raw_ledger,
+        raw_records: raw_records.clone(),
+        raw_queue,
+        outbox,
+        alert_log,
+        sim_gateway,
+        ledger: ledger.clone(),
+        records: records.clone(),
+        queue: queue.clone(),
+        coordination: coordination.clone(),
+        gateway: gateway.clone(),
+        mailer: mailer.clone(),
+        alerts: alerts.clone(),
+        live: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
+        bookings: Mutex::new(Vec::new()),
+    });
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut services: Vec<JoinHandle<()>> = Vec::new();
+    let mut reconcilers = Vec::new();
+    let mut workers = Vec::new();
+    for i in 0..config.workers {
+        let worker = Arc::new(Worker::new(
+            queue.clone(),
+            records.clone(),
+            ledger.clone(),
+            alerts.clone(),
+            WorkerConfig {
+                bugs: config.bugs.clone(),
+                ..WorkerConfig::default()
+            },
+        ));
+        workers.push(worker.clone());
+        let stopped = stopped.clone();
+        services.push(tokio::spawn(async move {
+            tracing::debug!(worker = i, "worker up");
+            worker.run(stopped).await;
+        }));
+    }
+    let mut reconciler_settings = settings.clone();
+    reconciler_settings.bugs = config.bugs.clone();
+    for i in 0..config.reconcilers {
+        let owner = format!("sim-reconciler-{i}");
+        let instance_clock: Arc<dyn Clock> =
+            Arc::new(SkewedClock::new(clock.clone(), injector.clone()).on_instance(owner.clone()));
+        let reconciler = Arc::new(Reconciler::new(
+            ReconcilerPorts {
+                records: records.clone(),
+                ledger: ledger.clone(),
+                gateway: gateway.clone(),
+                coordination: coordination.clone(),
+                mailer: mailer.clone(),
+                alerts: alerts.clone(),
+                clock: instance_clock,
+            },
+            ReconcilerConfig::new(sale.clone(), "sim", &owner, reconciler_settings.clone()),
+        ));
+        reconcilers.push(reconciler.clone());
+        let stopped = stopped.clone();
+        services.push(tokio::spawn(async move { reconciler.run(stopped).await }));
+    }
+    let stream: Arc<dyn ChangeStream> = records.clone();
+    let expiry = Arc::new(ExpiryHandler::new(stream, ledger.clone(), 0));
+    {
+        let expiry = expiry.clone();
+        let stopped = stopped.clone();
+        services.push(tokio::spawn(async move {
+            expiry
+                .run(stopped, Duration::from_secs(5), Duration::from_secs(1))
+                .await;
+        }));
+    }
+    {
+        let mut stopped = stopped.clone();
+        let every = config.ttl_every;
+        services.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = stopped.wait_for(|s| *s) => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                raw_records.sweep_ttl(usize::MAX);
+            }
+        }));
+    }
+
+    // the candidates
+    let plan = plan_arrivals(&config.load, config.seed);
+    let opened = Instant::now();
+    let arrivals = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            for (n, a) in plan.into_iter().enumerate() {
+                tokio::time::sleep_until(opened + Duration::from_millis(a.at_ms)).await;
+                let ctx = ctx.clone();
+                tokio::spawn(async move { ctx.candidate(n, a.candidate, a.level).await });
+            }
+        })
+    };
+
+    // until quiescent, and quiescent for a hold and a sweep window (a TTL
+    // that should not be there has fired by then)
+    let settle = settings.hold + settings.sweep_window + settings.sweep_interval;
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(settings.sweep_interval).await;
+        let now = Instant::now();
+        match ctx.busy(arrivals.is_finished()).await {
+            None => {
+                let since = *quiet_since.get_or_insert(now);
+                if now - since >= settle {
+                    break;
+                }
+            }
+            Some(waiting_on) => {
+                quiet_since = None;
+                if now - opened >= config.virtual_limit {
+                    let _ = stop.send(true);
+                    return Err(SimError::NoQuiescence {
+                        virtual_secs: (now - opened).as_secs(),
+                        waiting_on,
+                    });
+                }
+            }
+        }
+    }
+    let virtual_secs = (Instant::now() - opened).as_secs();
+    let _ = stop.send(true);
+    for service in services {
+        if tokio::time::timeout(Duration::from_secs(120), service)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a service did not stop in time");
+        }
+    }
+
+    let snapshot = ctx.snapshot().await?;
+    let mut checks = invariants(&snapshot);
+    checks.extend(check_all(&history.ops(), &final_state(&snapshot)));
+    let passed = checks.iter().all(|c| c.passed);
+    let dead_letters = ctx
+        .raw_queue
+        .dead_letters()
+        .await
+        .map_or(0, |d| d.len() as u64);
+    Ok(SimReport {
+        seed: config.seed,
+        virtual_secs,
+        wall_ms: 0,
+        requests: ctx.requests.load(Ordering::Relaxed),
+        admitted: ledger.admitted(),
+        undone: ledger.undone(),
+        paid: snapshot
+            .records
+            .iter()
+            .filter(|r| r.status == RecordStatus::Paid)
+            .count() as u64,
+        released: ledger.released(),
+        extended: reconcilers.iter().map(|r| r.stats().extended).sum(),
+        alerts: snapshot.alerts.len() as u64,
+        emails: snapshot.emails.len() as u64,
+        redelivered: workers.iter().map(|w| w.stats().duplicates).sum(),
+        dead_letters,
+        faults_fired: injector.counts().iter().map(|c| c.fired).sum(),
+        checks,
+        passed,
+    })
+}

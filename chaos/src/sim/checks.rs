@@ -1,0 +1,333 @@
+//! The invariants of a finished sale, as pure functions of what the
+//! backends and the gateway hold at quiescence ([`Snapshot`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use booking::notify::{Alert, Confirmation};
+use booking::records::{BookingRecord, RecordStatus};
+use booking::{CandidateHash, Level, PaymentId};
+
+use crate::history::CheckResult;
+
+/// One level at the end: its cap and the ledger's count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LevelEnd {
+    /// The level.
+    pub level: Level,
+    /// Its seats.
+    pub cap: u32,
+    /// The ledger's count.
+    pub count: u32,
+}
+
+/// What the sale left behind.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Every level.
+    pub levels: Vec<LevelEnd>,
+    /// Every booking record.
+    pub records: Vec<BookingRecord>,
+    /// The ledger's paid mark of every candidate who has one.
+    pub ledger_paid: BTreeMap<CandidateHash, PaymentId>,
+    /// Candidates the ledger still holds a seat for (pending or held).
+    pub ledger_holds: BTreeSet<CandidateHash>,
+    /// Every payment the gateway completed, with its candidate.
+    pub completed: Vec<(CandidateHash, PaymentId)>,
+    /// Every email delivered.
+    pub emails: Vec<Confirmation>,
+    /// Every alert raised.
+    pub alerts: Vec<Alert>,
+}
+
+/// Violations listed in a detail at most.
+const SHOWN: usize = 8;
+
+fn verdict(name: &str, checked: String, violations: Vec<String>) -> CheckResult {
+    let detail = if violations.is_empty() {
+        checked
+    } else {
+        let more = violations.len().saturating_sub(SHOWN);
+        let shown = violations
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        if more > 0 {
+            format!("{checked}; {shown}; and {more} more")
+        } else {
+            format!("{checked}; {shown}")
+        }
+    };
+    CheckResult {
+        name: name.to_owned(),
+        passed: violations.is_empty(),
+        figure: violations.len() as f64,
+        detail,
+    }
+}
+
+fn short(c: &CandidateHash) -> &str {
+    &c.as_str()[..12]
+}
+
+/// Every invariant of a sale at quiescence:
+///
+/// | check | passes when |
+/// |---|---|
+/// | `within_caps` | no level counts above its cap |
+/// | `count_is_paid` | each level counts exactly its PAID records |
+/// | `one_booking_per_candidate` | no candidate paid twice at the gateway |
+/// | `ledger_matches_records` | the ledger's paid marks are exactly the PAID records, and it holds no seat |
+/// | `completed_is_paid` | every completed payment is a PAID booking |
+/// | `one_email_per_paid` | every PAID booking has exactly one email, and no other booking has any |
+/// | `no_paid_after_release` | no `paid_after_release` alert (money moved for a released seat) |
+/// | `no_held_left` | no HELD record is left |
+pub fn invariants(s: &Snapshot) -> Vec<CheckResult> {
+    let paid: Vec<&BookingRecord> = s
+        .records
+        .iter()
+        .filter(|r| r.status == RecordStatus::Paid)
+        .collect();
+    let mut out = Vec::new();
+
+    let over: Vec<String> = s
+        .levels
+        .iter()
+        .filter(|l| l.count > l.cap)
+        .map(|l| format!("{}: {} counted, {} seats", l.level, l.count, l.cap))
+        .collect();
+    out.push(verdict(
+        "within_caps",
+        format!("{} levels", s.levels.len()),
+        over,
+    ));
+
+    let mut paid_by_level: BTreeMap<&Level, u32> = BTreeMap::new();
+    for r in &paid {
+        *paid_by_level.entry(&r.level).or_default() += 1;
+    }
+    let drift: Vec<String> = s
+        .levels
+        .iter()
+        .filter_map(|l| {
+            let p = paid_by_level.get(&l.level).copied().unwrap_or(0);
+            (p != l.count).then(|| format!("{}: counted {}, PAID {p}", l.level, l.count))
+        })
+        .collect();
+    out.push(verdict(
+        "count_is_paid",
+        format!("{} PAID bookings", paid.len()),
+        drift,
+    ));
+
+    let mut completed_by: BTreeMap<&CandidateHash, Vec<&PaymentId>> = BTreeMap::new();
+    for (c, p) in &s.completed {
+        completed_by.entry(c).or_default().push(p);
+    }
+    let twice: Vec<String> = completed_by
+        .iter()
+        .filter(|(_, ps)| ps.len() > 1)
+        .map(|(c, ps)| format!("{} paid {} times", short(c), ps.len()))
+        .collect();
+    out.push(verdict(
+        "one_booking_per_candidate",
+        format!("{} payers", completed_by.len()),
+        twice,
+    ));
+
+    let records_paid: BTreeMap<&CandidateHash, &PaymentId> =
+        paid.iter().map(|r| (&r.candidate, &r.payment_id)).collect();
+    let mut mismatch = Vec::new();
+    for (c, p) in &s.ledger_paid {
+        if records_paid.get(c) != Some(&p) {
+            mismatch.push(format!(
+                "{} paid {p} in the ledger, record {:?}",
+                short(c),
+                records_paid.get(c)
+            ));
+        }
+    }
+    for (c, p) in &records_paid {
+        if !s.ledger_paid.contains_key(*c) {
+            mismatch.push(format!("{} PAID {p} with no paid mark", short(c)));
+        }
+    }
+    for c in &s.ledger_holds {
+        mismatch.push(format!("{} still holds a seat", short(c)));
+    }
+    out.push(verdict(
+        "ledger_matches_records",
+        format!("{} paid marks", s.ledger_paid.len()),
+        mismatch,
+    ));
+
+    let paid_set: BTreeSet<(&CandidateHash, &PaymentId)> =
+        paid.iter().map(|r| (&r.candidate, &r.payment_id)).collect();
+    let lost: Vec<String> = s
+        .completed
+        .iter()
+        .filter(|(c, p)| !paid_set.contains(&(c, p)))
+        .map(|(c, p)| format!("{p} of {} completed, not PAID", short(c)))
+        .collect();
+    out.push(verdict(
+        "completed_is_paid",
+        format!("{} completed payments", s.completed.len()),
+        lost,
+    ));
+
+    let mut emails: BTreeMap<&PaymentId, u32> = BTreeMap::new();
+    for e in &s.emails {
+        *emails.entry(&e.payment_id).or_default() += 1;
+    }
+    let paid_payments: BTreeSet<&PaymentId> = paid.iter().map(|r| &r.payment_id).collect();
+    let mut wrong = Vec::new();
+    for p in &paid_payments {
+        let n = emails.get(*p).copied().unwrap_or(0);
+        if n != 1 {
+            wrong.push(format!("{p}: {n} emails"));
+        }
+    }
+    for (p, n) in &emails {
+        if !paid_payments.contains(*p) {
+            wrong.push(format!("{p}: {n} emails, not PAID"));
+        }
+    }
+    out.push(verdict(
+        "one_email_per_paid",
+        format!("{} emails", s.emails.len()),
+        wrong,
+    ));
+
+    let after_release: Vec<String> = s
+        .alerts
+        .iter()
+        .filter(|a| a.kind == "paid_after_release")
+        .map(|a| a.detail.clone())
+        .collect();
+    out.push(verdict(
+        "no_paid_after_release",
+        format!("{} alerts", s.alerts.len()),
+        after_release,
+    ));
+
+    let held: Vec<String> = s
+        .records
+        .iter()
+        .filter(|r| r.status == RecordStatus::Held)
+        .map(|r| format!("{} HELD {}", short(&r.candidate), r.payment_id))
+        .collect();
+    out.push(verdict(
+        "no_held_left",
+        format!("{} records", s.records.len()),
+        held,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use booking::SaleId;
+    use booking::records::ConfirmPath;
+
+    fn c(n: u32) -> CandidateHash {
+        CandidateHash::of(&format!("c{n}"))
+    }
+
+    fn p(n: u32) -> PaymentId {
+        PaymentId::parse(&format!("P{n}")).unwrap()
+    }
+
+    fn level() -> Level {
+        Level::parse("gold").unwrap()
+    }
+
+    fn paid(n: u32) -> BookingRecord {
+        BookingRecord::held(c(n), SaleId::parse("s").unwrap(), level(), p(n), 1, 600_000)
+            .into_paid(ConfirmPath::Callback, 2)
+    }
+
+    fn email(n: u32) -> Confirmation {
+        Confirmation {
+            sale: SaleId::parse("s").unwrap(),
+            candidate: c(n),
+            level: level(),
+            payment_id: p(n),
+            trx_id: None,
+        }
+    }
+
+    fn good() -> Snapshot {
+        Snapshot {
+            levels: vec![LevelEnd {
+                level: level(),
+                cap: 2,
+                count: 2,
+            }],
+            records: vec![paid(1), paid(2)],
+            ledger_paid: [(c(1), p(1)), (c(2), p(2))].into_iter().collect(),
+            ledger_holds: BTreeSet::new(),
+            completed: vec![(c(1), p(1)), (c(2), p(2))],
+            emails: vec![email(1), email(2)],
+            alerts: vec![],
+        }
+    }
+
+    fn failed(s: &Snapshot) -> Vec<String> {
+        invariants(s)
+            .into_iter()
+            .filter(|r| !r.passed)
+            .map(|r| r.name)
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_sale_passes_and_each_breach_fails_its_check() {
+        assert!(failed(&good()).is_empty(), "{:?}", invariants(&good()));
+
+        let mut s = good();
+        s.levels[0].count = 3;
+        assert_eq!(failed(&s), ["within_caps", "count_is_paid"]);
+
+        let mut s = good();
+        s.records.pop();
+        s.ledger_paid.remove(&c(2));
+        s.emails.pop();
+        s.levels[0].count = 1;
+        assert_eq!(failed(&s), ["completed_is_paid"]);
+
+        let mut s = good();
+        s.emails.push(email(1));
+        assert_eq!(failed(&s), ["one_email_per_paid"]);
+
+        let mut s = good();
+        s.completed.push((c(1), p(9)));
+        assert_eq!(
+            failed(&s),
+            ["one_booking_per_candidate", "completed_is_paid"]
+        );
+
+        let mut s = good();
+        s.ledger_holds.insert(c(3));
+        s.records.push(BookingRecord::held(
+            c(3),
+            SaleId::parse("s").unwrap(),
+            level(),
+            p(3),
+            1,
+            2,
+        ));
+        assert_eq!(failed(&s), ["ledger_matches_records", "no_held_left"]);
+
+        let mut s = good();
+        s.alerts.push(Alert {
+            kind: "paid_after_release".into(),
+            detail: "x".into(),
+            candidate: None,
+            payment_id: None,
+        });
+        assert_eq!(failed(&s), ["no_paid_after_release"]);
+    }
+}
