@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use booking::queue::{Queue, ReceiptHandle, Received};
 use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, Throttles,
+    WorkerVerdict, classify_conflict,
 };
 use booking::{CandidateHash, Ledger, PaymentId};
 use booking_service::worker::{Outcome, Worker, WorkerConfig};
@@ -126,15 +127,21 @@ async fn a_redelivered_old_message_neither_overwrites_nor_resurrects() {
     s.clock.advance(Duration::from_secs(61));
     assert_eq!(w.poll_once(WAIT).await.unwrap(), vec![Outcome::Released]);
     assert!(s.records.get(&cand("x"), true).await.unwrap().is_none());
-    // the candidate books again; the old message, redelivered once more, does
-    // not overwrite the newer booking (ledger guard, and without it the
-    // consistent read's verdict)
+    // the candidate books again; the old message, redelivered once more (at
+    // any receive count), does not overwrite the newer booking: the ledger
+    // holds P2, so the worker drops P1 before it writes anything
     s.clock.advance(Duration::from_secs(1));
     let new = s.book("x", "t2", "P2").await;
     s.queue.send(new.to_message().unwrap()).await.unwrap();
     assert_eq!(w.poll_once(WAIT).await.unwrap(), vec![Outcome::Stored]);
     assert_eq!(w.handle(&delivery(&old, 2)).await, Outcome::Released);
-    assert_eq!(w.handle(&delivery(&old, 1)).await, Outcome::Stale);
+    assert_eq!(w.handle(&delivery(&old, 1)).await, Outcome::Released);
+    // without the ledger guard, the consistent read's verdict keeps P2 too
+    let current = s.records.get(&cand("x"), true).await.unwrap();
+    assert_eq!(
+        classify_conflict(&old.record(), current.as_ref(), &Ok(current.clone())),
+        WorkerVerdict::Stale
+    );
     let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
     assert_eq!(rec.payment_id, pay("P2"));
     assert_eq!(s.count().await, 1);

@@ -410,8 +410,21 @@ impl StatusWriter {
             .await?;
         let counters = self.ledger.counters(&self.sale).await?;
         let latches = self.latches(&counters).await?;
+        // The latches were read after the counters, so a latch another
+        // writer set from a newer read can sit beside our older counts; a
+        // level we saw one short of its cap would then look "freed" and its
+        // latch be cleared (and set again: the fill published twice). So a
+        // transition is decided only on counters read after the latches:
+        // counts only fall through a release, so those counters are at
+        // least as new as whatever read set a latch, and a clear means a
+        // seat really came back.
+        let mut due = transitions(&counters, &latches);
+        if !due.is_empty() {
+            let fresh = self.ledger.counters(&self.sale).await?;
+            due = transitions(&fresh, &latches);
+        }
         let mut won = Vec::new();
-        for t in transitions(&counters, &latches) {
+        for t in due {
             let key = t.latch_key(&self.prefix, &self.sale);
             let changed = if t.sets_latch() {
                 self.coordination.set_once(&key, &token, None).await?
