@@ -4,6 +4,14 @@
 default:
     @just --list
 
+# The main job: rehearse a whole flash sale on this machine (mock gateway + 2 booking instances, embedded stack), audit it, write reports/runs/<run>/. Flags after the recipe, e.g. `just rehearse --stack redis --set load.rate=1000`.
+rehearse *ARGS:
+    cargo run --release -p scenarios -- rehearse {{ARGS}}
+
+# The short rehearsal profile CI runs (also inside the tests).
+rehearse-ci *ARGS:
+    cargo run --release -p scenarios -- rehearse --profile ci {{ARGS}}
+
 # Install what the tests need beyond Rust (Python venv with third-party bKash clients, redis-server); idempotent.
 setup:
     scripts/setup

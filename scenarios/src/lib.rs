@@ -1,3 +1,22 @@
-//! The rehearsal (SPEC §4).
+//! The rehearsal (SPEC §4): one command rehearses a whole flash sale on this
+//! machine and says, with evidence, whether it would have gone right.
+//!
+//! - [`profile`]: what a run does ([`profile::Profile`], TOML with the
+//!   article's figures as defaults, `--set key=value` overrides).
+//! - [`fleet`]: the system under rehearsal: the mock gateway and N booking
+//!   instances in process (embedded or Redis), or a running deployment.
+//! - [`load`]: the open-model load engine over goose.
+//! - [`rehearse`]: the phases (setup, rush, late, settle, audit, report).
+//! - [`thresholds`]: figures held to the profile's bounds, as named verdicts.
+//! - [`progress`]: the progress line and the end-of-run summary.
 
+pub mod fleet;
 pub mod load;
+pub mod profile;
+pub mod progress;
+pub mod rehearse;
+pub mod thresholds;
+
+pub use fleet::Fleet;
+pub use profile::Profile;
+pub use rehearse::{Outcome, Progress, rehearse};

@@ -1,0 +1,740 @@
+//! The system under rehearsal: either an in-process fleet (the mock gateway
+//! and N booking instances of one sale on free loopback ports, on the
+//! embedded stack or on Redis) or a deployment already running elsewhere
+//! (`--target URL`, driven through its `/ops/` routes).
+//!
+//! Either way the rehearsal sees the same [`Fleet`]: the URLs the load goes
+//! to, the ops steps (reset, load-candidates, open, close, audit), the gateway's
+//! ledger, and a [`Snapshot`] of the sale for progress and quiescence.
+//!
+//! In process, SNS delivers the gateway's webhooks to the first instance (the
+//! fleet's one webhook endpoint, as a load balancer would be); `reset` and
+//! `audit` run on that same instance, because `reset` stamps the instance it
+//! runs on and the audit reads status writes from that stamp on.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener as StdListener, TcpStream, ToSocketAddrs};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use booking::records::RecordStatus;
+use booking::{Counters, Level, SaleId};
+use booking_server::config::{ServerConfig, StackConfig, StackKind};
+use booking_server::ops::{self, AuditReport, StatusReport};
+use booking_server::{Server, build, build_sharing, serve};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::profile::{Profile, Webhooks};
+
+/// How long an instance gets to stop before its task is aborted.
+pub const STOP_MAX: Duration = Duration::from_secs(15);
+/// How long a private `redis-server` may take to answer `PING`.
+pub const REDIS_START_MAX: Duration = Duration::from_secs(10);
+/// How long one ops call to a remote target may take.
+pub const TARGET_CALL_MAX: Duration = Duration::from_secs(120);
+
+/// Why the fleet could not start or answer.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// Binding a port or starting a process failed.
+    #[error("{0}: {1}")]
+    Io(&'static str, std::io::Error),
+    /// The mock gateway did not start.
+    #[error("mock gateway: {0}")]
+    Gateway(#[from] mock_gateway::StartError),
+    /// A booking instance could not be built.
+    #[error("booking instance: {0}")]
+    Build(#[from] booking_server::BuildError),
+    /// An ops step failed.
+    #[error("ops: {0}")]
+    Ops(#[from] ops::OpsError),
+    /// The record store or queue could not be read.
+    #[error("reading the sale: {0}")]
+    Read(String),
+    /// A remote target answered badly.
+    #[error("target {0}: {1}")]
+    Target(String, String),
+    /// Redis could not be reached or started.
+    #[error("redis: {0}")]
+    Redis(String),
+    /// The profile cannot describe a fleet.
+    #[error("invalid fleet: {0}")]
+    Invalid(String),
+}
+
+/// The sale at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// The ledger's counters (open flag, cap and count per level).
+    pub counters: Option<Counters>,
+    /// HELD records.
+    pub held: u64,
+    /// PAID records.
+    pub paid: u64,
+    /// PAID records by confirm path.
+    pub paid_by: BTreeMap<String, u64>,
+    /// PAID records per level.
+    pub paid_per_level: BTreeMap<String, u64>,
+    /// HELD records past their deadline plus the grace given.
+    pub overdue_holds: u64,
+    /// Extensions counted on the records left.
+    pub extensions: u64,
+    /// Messages queued or in flight.
+    pub queued: u64,
+    /// Dead letters.
+    pub dead_letters: u64,
+    /// Confirmation emails sent.
+    pub emails: u64,
+    /// Alerts raised.
+    pub alerts: u64,
+    /// The most seats each level showed taken in any status document
+    /// written since the reset (in process, when asked for).
+    pub status_peaks: BTreeMap<String, u64>,
+}
+
+impl Snapshot {
+    /// Seats counted in all (pending, held and paid).
+    pub fn taken(&self) -> u64 {
+        self.counters
+            .as_ref()
+            .map_or(0, |c| c.levels.iter().map(|l| u64::from(l.count)).sum())
+    }
+
+    /// Seats left per level.
+    pub fn seats_left(&self) -> BTreeMap<String, u64> {
+        self.counters
+            .as_ref()
+            .map(|c| {
+                c.levels
+                    .iter()
+                    .map(|l| {
+                        (
+                            l.level.to_string(),
+                            u64::from(l.cap.saturating_sub(l.count)),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// What must stop changing for the sale to count as quiet.
+    pub fn fingerprint(&self) -> (Vec<u32>, u64, u64, u64, u64, u64) {
+        let counts = self
+            .counters
+            .as_ref()
+            .map(|c| c.levels.iter().map(|l| l.count).collect())
+            .unwrap_or_default();
+        (
+            counts,
+            self.held,
+            self.paid,
+            self.queued,
+            self.emails,
+            self.dead_letters,
+        )
+    }
+}
+
+/// A `redis-server` of the rehearsal's own, killed on drop.
+#[derive(Debug)]
+struct RedisProcess {
+    child: Child,
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `host:port` of a `redis://` URL.
+pub fn redis_host_port(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("redis://")?;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let hostport = rest.split('/').next()?;
+    if hostport.is_empty() {
+        return None;
+    }
+    Some(if hostport.contains(':') {
+        hostport.to_owned()
+    } else {
+        format!("{hostport}:6379")
+    })
+}
+
+fn redis_pings(hostport: &str) -> bool {
+    let Some(addr) = hostport.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+        return false;
+    };
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut answer = [0u8; 7];
+    stream.read_exact(&mut answer).is_ok() && &answer == b"+PONG\r\n"
+}
+
+/// The Redis URL to use: `url` if a server answers there, else a private
+/// `redis-server` on a free loopback port (returned, to be kept alive).
+fn ensure_redis(url: &str) -> Result<(String, Option<RedisProcess>), FleetError> {
+    let hostport =
+        redis_host_port(url).ok_or_else(|| FleetError::Redis(format!("not a redis URL: {url}")))?;
+    if redis_pings(&hostport) {
+        return Ok((url.to_owned(), None));
+    }
+    let port = StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| FleetError::Io("finding a port for redis-server", e))?
+        .port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            FleetError::Redis(format!(
+                "nothing answers at {url} and redis-server could not start ({e}); run scripts/setup"
+            ))
+        })?;
+    let mut process = RedisProcess { child };
+    let started = Instant::now();
+    let local = format!("127.0.0.1:{port}");
+    while started.elapsed() < REDIS_START_MAX {
+        if redis_pings(&local) {
+            tracing::info!(port, "started a private redis-server");
+            return Ok((format!("redis://{local}"), Some(process)));
+        }
+        if let Ok(Some(status)) = process.child.try_wait() {
+            return Err(FleetError::Redis(format!("redis-server exited: {status}")));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(FleetError::Redis(format!(
+        "redis-server on port {port} did not answer within {REDIS_START_MAX:?}"
+    )))
+}
+
+/// One in-process booking instance.
+#[derive(Debug)]
+struct Instance {
+    stop: Option<oneshot::Sender<()>>,
+    served: JoinHandle<std::io::Result<()>>,
+}
+
+/// A deployment driven through its `/ops/` routes.
+#[derive(Debug)]
+struct Remote {
+    base: String,
+    http: reqwest::Client,
+    token: Option<String>,
+    gateway: Option<String>,
+}
+
+/// The system under rehearsal.
+#[derive(Debug)]
+pub struct Fleet {
+    /// The instances, in process (empty for a remote target); the first runs
+    /// reset and audit.
+    pub servers: Vec<Arc<Server>>,
+    /// Where bookings go.
+    pub booking_urls: Vec<String>,
+    /// The payment gateway's base URL (payers' checkout pages).
+    pub gateway_url: String,
+    /// The mock gateway, in process.
+    pub mock: Option<mock_gateway::Running>,
+    /// `embedded`, `redis` or `target`.
+    pub stack_name: String,
+    /// The sale.
+    pub sale: SaleId,
+    /// Level caps, as the profile gives them.
+    pub caps: Vec<(Level, u32)>,
+    /// The hold after scaling (a HELD record past its deadline by more than
+    /// a sweep interval is overdue).
+    pub overdue_after: Duration,
+    instances: Vec<Instance>,
+    remote: Option<Remote>,
+    redis: Option<RedisProcess>,
+}
+
+/// The fleet's webhook endpoint: the first instance's (as a load balancer
+/// would be the one SNS endpoint).
+fn webhook_endpoint(first_url: &str) -> String {
+    format!("{first_url}/payment/webhook")
+}
+
+/// A key prefix no earlier run used: `rehearse-<seed>-<random>`.
+pub fn run_key_prefix(seed: u64) -> String {
+    format!("rehearse-{seed:x}-{:08x}", rand::random::<u32>())
+}
+
+impl Fleet {
+    /// Starts what `profile` describes: the in-process fleet, or a handle on
+    /// the remote target.
+    pub async fn start(profile: &Profile) -> Result<Fleet, FleetError> {
+        let sale = SaleId::parse(&profile.sale).map_err(|e| FleetError::Invalid(e.to_string()))?;
+        let caps: Vec<(Level, u32)> = profile
+            .levels
+            .iter()
+            .map(|l| (l.level.clone(), l.cap))
+            .collect();
+        let settings = profile.settings();
+        let overdue_after = settings.sweep_interval * 2 + settings.sweep_budget.min(settings.hold);
+        match &profile.target {
+            Some(base) => Ok(Fleet {
+                servers: Vec::new(),
+                booking_urls: vec![base.trim_end_matches('/').to_owned()],
+                gateway_url: profile.target_gateway.clone().unwrap_or_default(),
+                mock: None,
+                stack_name: "target".to_owned(),
+                sale,
+                caps,
+                overdue_after,
+                instances: Vec::new(),
+                remote: Some(Remote {
+                    base: base.trim_end_matches('/').to_owned(),
+                    http: reqwest::Client::builder()
+                        .timeout(TARGET_CALL_MAX)
+                        .build()
+                        .map_err(|e| FleetError::Target(base.clone(), e.to_string()))?,
+                    token: profile.target_admin_token.clone(),
+                    gateway: profile.target_gateway.clone(),
+                }),
+                redis: None,
+            }),
+            None => Fleet::start_local(profile, sale, caps, overdue_after).await,
+        }
+    }
+
+    async fn start_local(
+        profile: &Profile,
+        sale: SaleId,
+        caps: Vec<(Level, u32)>,
+        overdue_after: Duration,
+    ) -> Result<Fleet, FleetError> {
+        let mut listeners = Vec::with_capacity(profile.instances);
+        let mut urls = Vec::with_capacity(profile.instances);
+        for _ in 0..profile.instances {
+            let l = TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| FleetError::Io("binding an instance's port", e))?;
+            let addr = l
+                .local_addr()
+                .map_err(|e| FleetError::Io("an instance's address", e))?;
+            urls.push(format!("http://{addr}"));
+            listeners.push((l, addr));
+        }
+        let first_url = urls
+            .first()
+            .cloned()
+            .ok_or_else(|| FleetError::Invalid("no instances".into()))?;
+        let mock_config = mock_gateway::Config {
+            seed: profile.seed,
+            webhook_urls: if profile.webhooks == Webhooks::Always {
+                vec![webhook_endpoint(&first_url)]
+            } else {
+                Vec::new()
+            },
+            // SHA256withRSA: AWS-LC signs it about five times faster than
+            // version 1 (sns/examples/sign_rate.rs), and the mock signs one
+            // message per completed payment, thousands a second in the rush
+            signature_version: 2,
+            ..mock_gateway::Config::default()
+        };
+        let topic = mock_config.topic_arn.clone();
+        let mock =
+            mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default()).await?;
+
+        let (redis_url, redis) = match profile.stack.kind {
+            StackKind::Redis => ensure_redis(&profile.stack.redis_url)?,
+            StackKind::Embedded => (profile.stack.redis_url.clone(), None),
+        };
+        let mut config = ServerConfig {
+            sale: sale.clone(),
+            levels: profile.levels.clone(),
+            stack: StackConfig {
+                kind: profile.stack.kind,
+                redis_url,
+                redis_pool_size: profile.stack.redis_pool_size,
+            },
+            settings: booking::Settings {
+                hold: Duration::from_millis(profile.hold_ms),
+                ..booking::Settings::default()
+            },
+            time_scale: profile.time_scale,
+            key_prefix: run_key_prefix(profile.seed),
+            ..ServerConfig::default()
+        };
+        config.gateway.base_url = mock.url.clone();
+        config.webhook.loopback_sns_port = Some(mock.addr.port());
+        config.webhook.topic_arns = Some(vec![topic]);
+
+        let mut servers: Vec<Arc<Server>> = Vec::with_capacity(profile.instances);
+        let mut instances = Vec::with_capacity(profile.instances);
+        for ((listener, addr), url) in listeners.into_iter().zip(&urls) {
+            let mut c = config.clone();
+            c.listen = addr;
+            c.public_url = url.clone();
+            let server = match servers.first() {
+                None => build(&c, url).await?,
+                Some(first) => build_sharing(&c, url, first).await?,
+            };
+            let server = Arc::new(server);
+            let (stop, stopped) = oneshot::channel::<()>();
+            let served = tokio::spawn(serve(server.clone(), listener, async move {
+                let _ = stopped.await;
+            }));
+            servers.push(server);
+            instances.push(Instance {
+                stop: Some(stop),
+                served,
+            });
+        }
+        let stack_name = match profile.stack.kind {
+            StackKind::Embedded => "embedded",
+            StackKind::Redis => "redis",
+        };
+        Ok(Fleet {
+            servers,
+            booking_urls: urls,
+            gateway_url: mock.url.clone(),
+            mock: Some(mock),
+            stack_name: stack_name.to_owned(),
+            sale,
+            caps,
+            overdue_after,
+            instances,
+            remote: None,
+            redis,
+        })
+    }
+
+    /// Subscribes the fleet's webhook endpoint to the in-process mock
+    /// gateway (which sends the confirmation the endpoint answers); `false`
+    /// when there is no in-process gateway or it is subscribed already.
+    pub fn subscribe_webhooks(&self) -> bool {
+        let (Some(mock), Some(first)) = (&self.mock, self.booking_urls.first()) else {
+            return false;
+        };
+        let endpoint = webhook_endpoint(first);
+        if mock
+            .app
+            .webhooks
+            .subscriptions()
+            .iter()
+            .any(|s| s.endpoint == endpoint)
+        {
+            return false;
+        }
+        mock.app.webhooks.add_subscription(&endpoint);
+        mock.app.webhooks.request_confirmations();
+        true
+    }
+
+    /// The instance that runs reset and audit, in process.
+    pub fn first(&self) -> Option<&Arc<Server>> {
+        self.servers.first()
+    }
+
+    async fn remote_call(
+        &self,
+        remote: &Remote,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, FleetError> {
+        let url = format!("{}{path}", remote.base);
+        let mut req = remote.http.request(method, &url);
+        if let Some(t) = &remote.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let err = |e: String| FleetError::Target(url.clone(), e);
+        let resp = req.send().await.map_err(|e| err(e.to_string()))?;
+        let code = resp.status();
+        let v: Value = resp.json().await.map_err(|e| err(e.to_string()))?;
+        if !code.is_success() {
+            return Err(err(format!("{code}: {v}")));
+        }
+        Ok(v)
+    }
+
+    /// `reset`: levels and caps, closed, no candidates.
+    pub async fn reset(&self) -> Result<Value, FleetError> {
+        if let Some(r) = &self.remote {
+            return self
+                .remote_call(r, reqwest::Method::POST, "/ops/reset", None)
+                .await;
+        }
+        let s = self.local()?;
+        Ok(serde_json::to_value(ops::reset(s).await?).unwrap_or(Value::Null))
+    }
+
+    /// `load-candidates`.
+    pub async fn load_candidates(&self, list: &[String]) -> Result<u64, FleetError> {
+        if let Some(r) = &self.remote {
+            let v = self
+                .remote_call(
+                    r,
+                    reqwest::Method::POST,
+                    "/ops/load-candidates",
+                    Some(json!(list)),
+                )
+                .await?;
+            return Ok(v["added"].as_u64().unwrap_or(0));
+        }
+        Ok(ops::load_candidates(self.local()?, list).await?.added)
+    }
+
+    /// `open`.
+    pub async fn open(&self) -> Result<(), FleetError> {
+        if let Some(r) = &self.remote {
+            self.remote_call(r, reqwest::Method::POST, "/ops/open", None)
+                .await?;
+            return Ok(());
+        }
+        ops::open(self.local()?).await?;
+        Ok(())
+    }
+
+    /// `close`.
+    pub async fn close(&self) -> Result<(), FleetError> {
+        if let Some(r) = &self.remote {
+            self.remote_call(r, reqwest::Method::POST, "/ops/close", None)
+                .await?;
+            return Ok(());
+        }
+        ops::close(self.local()?).await?;
+        Ok(())
+    }
+
+    /// Publishes the status document now (the audit compares the current one).
+    pub async fn publish_status(&self) -> Result<(), FleetError> {
+        if let Some(r) = &self.remote {
+            self.remote_call(r, reqwest::Method::GET, "/ops/status", None)
+                .await?;
+            return Ok(());
+        }
+        ops::status(self.local()?).await?;
+        Ok(())
+    }
+
+    /// The gateway's ground truth (`{"payments": [...]}`), when known.
+    pub async fn gateway_ledger(&self) -> Result<Option<Value>, FleetError> {
+        if let Some(mock) = &self.mock {
+            let payments = serde_json::to_value(mock.app.gateway.payments())
+                .map_err(|e| FleetError::Read(e.to_string()))?;
+            return Ok(Some(json!({ "payments": payments })));
+        }
+        match self.remote.as_ref().and_then(|r| r.gateway.as_deref()) {
+            Some(base) => booking_server::admin::fetch_gateway_ledger(base)
+                .await
+                .map(Some)
+                .map_err(|e| FleetError::Target(base.to_owned(), e.to_string())),
+            None => Ok(None),
+        }
+    }
+
+    /// The audit, on the instance that ran `reset`, against `gateway_ledger`.
+    pub async fn audit(&self, gateway_ledger: Option<&Value>) -> Result<AuditReport, FleetError> {
+        if let Some(r) = &self.remote {
+            let path = match &r.gateway {
+                Some(g) => format!("/ops/audit?gateway={g}"),
+                None => "/ops/audit".to_owned(),
+            };
+            let v = self
+                .remote_call(r, reqwest::Method::GET, &path, None)
+                .await?;
+            return serde_json::from_value(v)
+                .map_err(|e| FleetError::Target(r.base.clone(), e.to_string()));
+        }
+        Ok(ops::audit(self.local()?, gateway_ledger).await?)
+    }
+
+    /// Age of the oldest queued message, ms (`None`: empty, or not
+    /// observable on a remote target).
+    pub async fn queue_age_ms(&self) -> Option<u64> {
+        let s = self.first()?;
+        match s.stack.queue.oldest_age().await {
+            Ok(age) => Some(age.map_or(0, |a| a.as_millis() as u64)),
+            Err(e) => {
+                tracing::warn!(error = %e, "queue age");
+                None
+            }
+        }
+    }
+
+    /// Whether the queue can be watched (in process only).
+    pub fn queue_observable(&self) -> bool {
+        self.remote.is_none()
+    }
+
+    /// The sale now. `with_status_peaks` also reads every status document
+    /// written since the reset (in process), for the level peaks.
+    pub async fn snapshot(&self, with_status_peaks: bool) -> Result<Snapshot, FleetError> {
+        if let Some(r) = &self.remote {
+            let v = self
+                .remote_call(r, reqwest::Method::GET, "/ops/status", None)
+                .await?;
+            let report: StatusReport = serde_json::from_value(v)
+                .map_err(|e| FleetError::Target(r.base.clone(), e.to_string()))?;
+            let mut snap = Snapshot {
+                counters: Some(report.counters),
+                queued: report.queue.visible + report.queue.in_flight,
+                dead_letters: report.dead_letters as u64,
+                emails: report.emails as u64,
+                alerts: report.alerts as u64,
+                ..Snapshot::default()
+            };
+            for (level, c) in report.records {
+                snap.held += c.held;
+                snap.paid += c.paid;
+                snap.paid_per_level.insert(level.to_string(), c.paid);
+            }
+            // Deadlines and confirm paths are not visible remotely: every
+            // HELD record counts until the reconciler resolves it, and the
+            // paid are by an unknown path.
+            snap.overdue_holds = snap.held;
+            if snap.paid > 0 {
+                snap.paid_by.insert("unknown".to_owned(), snap.paid);
+            }
+            return Ok(snap);
+        }
+        let s = self.local()?;
+        let stack = &s.stack;
+        let read = |e: &dyn std::fmt::Display| FleetError::Read(e.to_string());
+        let counters = stack
+            .ledger
+            .counters(&self.sale)
+            .await
+            .map_err(|e| read(&e))?;
+        let records = stack.records.scan_all().await.map_err(|e| read(&e))?;
+        let depth = stack.queue.depth().await.map_err(|e| read(&e))?;
+        let dead = stack.queue.dead_letters().await.map_err(|e| read(&e))?;
+        let now_ms = stack.clock.now_ms();
+        let grace_ms = self.overdue_after.as_millis() as u64;
+        let mut snap = Snapshot {
+            counters: Some(counters),
+            queued: depth.visible + depth.in_flight,
+            dead_letters: dead.len() as u64,
+            emails: s.embedded.mailer.sent().len() as u64,
+            alerts: s.embedded.alerts.raised().len() as u64,
+            ..Snapshot::default()
+        };
+        for r in records.iter().filter(|r| r.sale == self.sale) {
+            snap.extensions += u64::from(r.extensions);
+            match r.status {
+                RecordStatus::Held => {
+                    snap.held += 1;
+                    if r.deadline_ms + grace_ms < now_ms {
+                        snap.overdue_holds += 1;
+                    }
+                }
+                RecordStatus::Paid => {
+                    snap.paid += 1;
+                    *snap.paid_per_level.entry(r.level.to_string()).or_default() += 1;
+                    let path = r.paid_by.map_or_else(
+                        || "unknown".to_owned(),
+                        |p| {
+                            serde_json::to_value(p)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_else(|| format!("{p:?}"))
+                        },
+                    );
+                    *snap.paid_by.entry(path).or_default() += 1;
+                }
+            }
+        }
+        if with_status_peaks {
+            let since = s.reset_at_ms.load(std::sync::atomic::Ordering::SeqCst);
+            for w in s.embedded.sink.writes().iter().filter(|w| w.at_ms >= since) {
+                if let Ok(doc) = booking::StatusDocument::from_json(&w.document) {
+                    for l in &doc.levels {
+                        let e = snap.status_peaks.entry(l.level.to_string()).or_default();
+                        *e = (*e).max(u64::from(l.taken));
+                    }
+                }
+            }
+        }
+        Ok(snap)
+    }
+
+    fn local(&self) -> Result<&Server, FleetError> {
+        self.first()
+            .map(|s| s.as_ref())
+            .ok_or_else(|| FleetError::Invalid("no in-process instance".into()))
+    }
+
+    /// Stops the instances' servers and background loops, keeping their
+    /// state readable (the mock gateway keeps running until [`Fleet::stop`]).
+    pub async fn stop_instances(&mut self) {
+        for i in &mut self.instances {
+            if let Some(tx) = i.stop.take() {
+                let _ = tx.send(());
+            }
+        }
+        for i in &mut self.instances {
+            match tokio::time::timeout(STOP_MAX, &mut i.served).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "instance stopped with an error"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "instance task failed"),
+                Err(_) => {
+                    tracing::warn!("instance did not stop in {STOP_MAX:?}; aborting it");
+                    i.served.abort();
+                }
+            }
+        }
+        self.instances.clear();
+    }
+
+    /// Stops everything started here.
+    pub async fn stop(mut self) {
+        self.stop_instances().await;
+        if let Some(mock) = self.mock.take() {
+            mock.stop().await;
+        }
+        drop(self.redis.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_urls_give_host_and_port() {
+        assert_eq!(
+            redis_host_port("redis://127.0.0.1:6379").as_deref(),
+            Some("127.0.0.1:6379")
+        );
+        assert_eq!(
+            redis_host_port("redis://localhost").as_deref(),
+            Some("localhost:6379")
+        );
+        assert_eq!(
+            redis_host_port("redis://u:p@h:7000/2").as_deref(),
+            Some("h:7000")
+        );
+        assert_eq!(redis_host_port("http://h"), None);
+        assert_eq!(redis_host_port("redis://"), None);
+    }
+
+    #[test]
+    fn key_prefixes_differ_per_run() {
+        assert_ne!(run_key_prefix(1), run_key_prefix(1));
+        assert!(run_key_prefix(1).starts_with("rehearse-1-"));
+    }
+}

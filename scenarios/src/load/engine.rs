@@ -1,0 +1,981 @@
+//! Goose wiring: the three scenarios, their transactions, and [`run`].
+//! See the module docs of [`crate::load`] for the design.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use goose::config::GooseConfiguration;
+use goose::goose::{GooseRequest, GooseUser, Scenario, Transaction, TransactionFunction};
+use goose::metrics::{GooseCoordinatedOmissionMitigation, GooseMetrics, GooseRequestMetric};
+use goose::prelude::{GooseAttack, GooseError, TransactionResult};
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::outcome::{self, ActionAnswer, BookingAnswer};
+use super::queue::{Due, DueQueue};
+use super::stats::{self, LiveStats, Recorder};
+use super::{
+    Arrival, GooseRequestSummary, GooseSummary, GooseThreshold, LoadConfig, LoadError, LoadProfile,
+    LoadResult, PayerKind, PaymentTally, Phase, Targets,
+};
+
+/// An arrival not started this long after the schedule's last intended
+/// start is dropped.
+pub const DROP_GRACE: Duration = Duration::from_secs(5);
+/// How long goose may take to finish (write its reports) after `stop_by`
+/// before the engine stops waiting for it.
+pub const EXECUTE_GRACE: Duration = Duration::from_secs(10);
+/// One request's time limit.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Goose's report files, written into `out_dir`.
+pub const GOOSE_REPORTS: [&str; 3] = ["goose-report.html", "goose-report.json", "goose-report.md"];
+/// From the last goose user's start to the schedule's zero.
+const START_LEAD: Duration = Duration::from_millis(50);
+/// The schedule starts after this even if not every user has started.
+const START_WAIT_MAX: Duration = Duration::from_secs(10);
+/// Users started per second: all of them within about 50 ms.
+const RAMP_S: f64 = 0.05;
+/// After every user has reported itself finished, how long a user waits
+/// before its transaction returns, so goose's next look at its shutdown
+/// channel (at least twice a second) comes first and its `Exit` is seen
+/// without another transaction.
+const EXIT_LINGER: Duration = Duration::from_millis(700);
+
+/// A payment handed from a booking to a payer.
+#[derive(Debug, Clone)]
+struct PayJob {
+    kind: PayerKind,
+    checkout_url: String,
+}
+
+/// What each goose user keeps between its transactions.
+#[derive(Debug, Clone, Default)]
+struct Session {
+    /// This user's number (0-based, in start order), for the recorder shard.
+    number: usize,
+    /// Whether it has told goose it is finished.
+    announced: bool,
+    /// The arrival taken by `arrival`, for `booking`: its index and
+    /// intended start.
+    arrival: Option<(usize, Instant)>,
+    /// The payment taken by `payer waits`, for `pay`.
+    pay: Option<Due<PayJob>>,
+    /// The retry taken by `retry waits`, for `retry`: the arrival's index.
+    retry: Option<Due<usize>>,
+}
+
+fn session(user: &mut GooseUser) -> &mut Session {
+    if user.get_session_data::<Session>().is_none() {
+        user.set_session_data(Session::default());
+    }
+    user.get_session_data_unchecked_mut::<Session>()
+}
+
+/// An answer, read in full.
+#[derive(Debug)]
+struct Answer {
+    status: Option<u16>,
+    location: Option<String>,
+    retry_after: Option<String>,
+    body: Vec<u8>,
+    metric: Option<GooseRequestMetric>,
+}
+
+impl Answer {
+    fn none() -> Answer {
+        Answer {
+            status: None,
+            location: None,
+            retry_after: None,
+            body: Vec::new(),
+            metric: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct BookingBody<'a> {
+    candidate: &'a str,
+    level: &'a str,
+}
+
+/// Everything the users share.
+#[derive(Debug)]
+struct Engine {
+    arrivals: Vec<Arrival>,
+    /// `{booking_url}/bookings` per instance.
+    booking_endpoints: Vec<String>,
+    profile: LoadProfile,
+    client: goose_reqwest::Client,
+    live: Arc<LiveStats>,
+    /// When [`run`] was called.
+    called: Instant,
+    /// The hard bound.
+    stop_at: Instant,
+    /// Set once: the schedule's zero.
+    zero: watch::Sender<Option<Instant>>,
+    /// The next arrival to take.
+    next: AtomicUsize,
+    /// Arrivals not yet finished plus payments and retries queued or running.
+    outstanding: AtomicUsize,
+    /// True when the work is done or the bound has passed.
+    done: watch::Sender<bool>,
+    stopped: AtomicBool,
+    total_users: usize,
+    ready: AtomicUsize,
+    announced: AtomicUsize,
+    all_announced: watch::Sender<bool>,
+    payers: DueQueue<PayJob>,
+    retries: DueQueue<usize>,
+    booking: Recorder,
+    retry: Recorder,
+    checkout: Recorder,
+    callback: Recorder,
+    started: AtomicU64,
+    late: AtomicU64,
+    rush_started: AtomicU64,
+    /// ns since `called`.
+    rush_first_ns: AtomicU64,
+    rush_last_ns: AtomicU64,
+    outcomes: Mutex<BTreeMap<String, u64>>,
+    retry_outcomes: Mutex<BTreeMap<String, u64>>,
+    payments: Mutex<PaymentTally>,
+}
+
+fn count(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
+    let mut map = map.lock();
+    match map.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(key.to_owned(), 1);
+        }
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Engine {
+    /// One piece of work is finished; the last one ends the load.
+    fn finish_one(&self) {
+        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.done.send_replace(true);
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        *self.done.borrow()
+    }
+
+    /// Whether the hard bound has passed (the bound task may not have run
+    /// yet at the very instant).
+    fn past_bound(&self) -> bool {
+        self.stopped.load(Ordering::Acquire) || Instant::now() >= self.stop_at
+    }
+
+    /// Waits until the work is done or the bound passes.
+    async fn wait_done(&self) {
+        let mut done = self.done.subscribe();
+        let _ = tokio::time::timeout_at(self.stop_at, done.wait_for(|d| *d)).await;
+    }
+
+    /// This user is finished: tell goose (once), wait for the others, then
+    /// linger so goose's `Exit` arrives before the next transaction.
+    async fn finished(&self, user: &mut GooseUser) {
+        let s = session(user);
+        if !s.announced {
+            s.announced = true;
+            if let Some(shutdown) = &user.shutdown_channel {
+                let _ = shutdown.send(user.weighted_users_index);
+            }
+            if self.announced.fetch_add(1, Ordering::AcqRel) + 1 >= self.total_users {
+                self.all_announced.send_replace(true);
+            }
+        }
+        let mut all = self.all_announced.subscribe();
+        let _ = tokio::time::timeout_at(self.stop_at + EXECUTE_GRACE, all.wait_for(|a| *a)).await;
+        tokio::time::sleep(EXIT_LINGER).await;
+    }
+
+    /// Sends one request through goose, bounded by the hard stop, and reads
+    /// the whole answer.
+    async fn send(
+        &self,
+        user: &mut GooseUser,
+        name: &'static str,
+        request: goose_reqwest::RequestBuilder,
+        expect: Option<u16>,
+    ) -> Answer {
+        self.live.request_sent();
+        let mut builder = GooseRequest::builder()
+            .name(name)
+            .set_request_builder(request);
+        if let Some(code) = expect {
+            builder = builder.expect_status_code(code);
+        }
+        let answer =
+            match tokio::time::timeout_at(self.stop_at, user.request(builder.build())).await {
+                Ok(Ok(goose)) => match goose.response {
+                    Ok(response) => {
+                        let header = |h: &str| {
+                            response
+                                .headers()
+                                .get(h)
+                                .and_then(|v| v.to_str().ok())
+                                .map(str::to_owned)
+                        };
+                        let status = response.status().as_u16();
+                        let location = header("location");
+                        let retry_after = header("retry-after");
+                        match tokio::time::timeout_at(self.stop_at, response.bytes()).await {
+                            Ok(Ok(body)) => Answer {
+                                status: Some(status),
+                                location,
+                                retry_after,
+                                body: body.to_vec(),
+                                metric: Some(goose.request),
+                            },
+                            _ => Answer {
+                                metric: Some(goose.request),
+                                ..Answer::none()
+                            },
+                        }
+                    }
+                    Err(_) => Answer {
+                        metric: Some(goose.request),
+                        ..Answer::none()
+                    },
+                },
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, request = name, "goose refused the request");
+                    Answer::none()
+                }
+                Err(_) => Answer::none(),
+            };
+        self.live.request_done(answer.status);
+        answer
+    }
+
+    /// Marks an answer as designed a success in goose's tables (goose
+    /// counts only 2xx, or the one expected status, as successes).
+    fn as_designed(user: &mut GooseUser, answer: &mut Answer, designed: bool) {
+        if let Some(metric) = answer.metric.as_mut()
+            && designed
+            && !metric.success
+        {
+            let _ = user.set_success(metric);
+        }
+    }
+
+    /// `arrival`: the next arrival, waited for until its intended start.
+    async fn take_arrival(self: Arc<Engine>, user: &mut GooseUser) -> TransactionResult {
+        if session(user).announced {
+            self.finished(user).await;
+            return Ok(());
+        }
+        let zero = {
+            let mut zero = self.zero.subscribe();
+            match tokio::time::timeout_at(self.stop_at, zero.wait_for(|z| z.is_some())).await {
+                Ok(Ok(z)) => *z,
+                _ => None,
+            }
+        };
+        let Some(zero) = zero else {
+            self.wait_done().await;
+            self.finished(user).await;
+            return Ok(());
+        };
+        let drop_after = zero + self.arrivals.last().map(|a| a.at).unwrap_or_default() + DROP_GRACE;
+        loop {
+            let index = self.next.fetch_add(1, Ordering::AcqRel);
+            let Some(arrival) = self.arrivals.get(index) else {
+                self.wait_done().await;
+                self.finished(user).await;
+                return Ok(());
+            };
+            let intended = zero + arrival.at;
+            let now = Instant::now();
+            if self.past_bound() || now > drop_after || intended >= self.stop_at {
+                self.finish_one(); // dropped: never started
+                continue;
+            }
+            if intended > now
+                && tokio::time::timeout_at(self.stop_at, tokio::time::sleep_until(intended))
+                    .await
+                    .is_err()
+            {
+                self.finish_one();
+                continue;
+            }
+            session(user).arrival = Some((index, intended));
+            return Ok(());
+        }
+    }
+
+    /// `booking`: sends the arrival's booking.
+    async fn book(self: Arc<Engine>, user: &mut GooseUser) -> TransactionResult {
+        let Some((index, intended)) = session(user).arrival.take() else {
+            return Ok(());
+        };
+        if self.past_bound() {
+            self.finish_one(); // dropped: never started
+            return Ok(());
+        }
+        let shard = session(user).number;
+        let arrival = &self.arrivals[index];
+        let started = Instant::now();
+        self.started.fetch_add(1, Ordering::Relaxed);
+        self.live.arrivals_started.fetch_add(1, Ordering::Relaxed);
+        if stats::is_late(
+            started.saturating_duration_since(intended),
+            self.profile.lateness_allowance_ms,
+        ) {
+            self.late.fetch_add(1, Ordering::Relaxed);
+        }
+        if arrival.phase == Phase::Rush {
+            let at = ns(started.saturating_duration_since(self.called));
+            self.rush_started.fetch_add(1, Ordering::Relaxed);
+            self.rush_first_ns.fetch_min(at, Ordering::Relaxed);
+            self.rush_last_ns.fetch_max(at, Ordering::Relaxed);
+        }
+        let endpoint = &self.booking_endpoints[index % self.booking_endpoints.len()];
+        let answer = self.post_booking(user, "booking", endpoint, arrival).await;
+        let latency = Instant::now().saturating_duration_since(intended);
+        self.booking.record(shard, latency, !answer.expected());
+        self.live.record_booking(latency);
+        count(&self.outcomes, answer.key());
+        self.follow_up(&answer, arrival, Some(index));
+        self.finish_one();
+        Ok(())
+    }
+
+    /// Sends a booking and classifies the answer.
+    async fn post_booking(
+        &self,
+        user: &mut GooseUser,
+        name: &'static str,
+        endpoint: &str,
+        arrival: &Arrival,
+    ) -> BookingAnswer {
+        let body = serde_json::to_vec(&BookingBody {
+            candidate: &arrival.candidate,
+            level: &arrival.level,
+        })
+        .unwrap_or_default();
+        let request = user
+            .client
+            .post(endpoint)
+            .header("content-type", "application/json")
+            .body(body);
+        let mut answer = self.send(user, name, request, None).await;
+        let classified =
+            outcome::classify_booking(answer.status, &answer.body, answer.retry_after.as_deref());
+        Engine::as_designed(user, &mut answer, classified.expected());
+        match &classified {
+            BookingAnswer::Admitted { .. } => {
+                self.live.bookings_ok.fetch_add(1, Ordering::Relaxed);
+            }
+            BookingAnswer::Refused(code) | BookingAnswer::Busy { code, .. } => {
+                self.live.refuse(code);
+            }
+            BookingAnswer::Holding | BookingAnswer::Transport => {}
+        }
+        classified
+    }
+
+    /// Hands a hold to the payers, or a busy booking to the retries
+    /// (`retry_of`: the arrival, when this was its first attempt).
+    fn follow_up(&self, answer: &BookingAnswer, arrival: &Arrival, retry_of: Option<usize>) {
+        let now = Instant::now();
+        match answer {
+            BookingAnswer::Admitted {
+                redirect_url: Some(url),
+            } => {
+                let due = if outcome::plan(arrival.payer).late {
+                    now + self.profile.pay_late_after
+                } else {
+                    now
+                };
+                self.outstanding.fetch_add(1, Ordering::AcqRel);
+                self.payers.push(
+                    due,
+                    PayJob {
+                        kind: arrival.payer,
+                        checkout_url: url.clone(),
+                    },
+                );
+            }
+            _ => {
+                if let (Some(wait), Some(index)) = (answer.retry_after(), retry_of)
+                    && arrival.retry_if_busy
+                {
+                    self.outstanding.fetch_add(1, Ordering::AcqRel);
+                    self.retries.push(now + wait, index);
+                }
+            }
+        }
+    }
+
+    /// Waits for the next item of `queue`, or for the end.
+    async fn next_item<T: Send>(&self, queue: &DueQueue<T>) -> Option<Due<T>> {
+        if self.is_done() || self.past_bound() {
+            return None;
+        }
+        let mut done = self.done.subscribe();
+        tokio::select! {
+            biased;
+            _ = done.wait_for(|d| *d) => None,
+            item = queue.take() => item,
+        }
+    }
+
+    /// `payer waits`: the next payment due.
+    async fn take_payment(self: Arc<Engine>, user: &mut GooseUser) -> TransactionResult {
+        if !session(user).announced
+            && let Some(item) = self.next_item(&self.payers).await
+        {
+            session(user).pay = Some(item);
+            return Ok(());
+        }
+        self.finished(user).await;
+        Ok(())
+    }
+
+    /// `retry waits`: the next retry due.
+    async fn take_retry(self: Arc<Engine>, user: &mut GooseUser) -> TransactionResult {
+        if !session(user).announced
+            && let Some(item) = self.next_item(&self.retries).await
+        {
+            session(user).retry = Some(item);
+            return Ok(());
+        }
+        self.finished(user).await;
+        Ok(())
+    }
+
+    /// `retry`: books again, once.
+    async fn retry_booking(self: Arc<Engine>, user: &mut GooseUser) -> TransactionResult {
+        let Some(item) = session(user).retry.take() else {
+            return Ok(());
+        };
+        if self.past_bound() {
+            count(&self.retry_outcomes, "not_run");
+            self.finish_one();
+            return Ok(());
+        }
+        let shard = session(user).number;
+        let index = item.item;
+        let arrival = &self.arrivals[index];
+        let endpoint = &self.booking_endpoints[(index + 1) % self.booking_endpoints.len()];
+        let answer = self.post_booking(user, "retry", endpoint, arrival).await;
+        let latency = Instant::now().saturating_duration_since(item.due);
+        self.retry.record(shard, latency, !answer.expected());
+        count(&self.retry_outcomes, answer.key());
+        self.follow_up(&answer, arrival, None);
+        self.finish_one();
+        Ok(())
+    }
+
+    /// `pay`: what the payer does on the checkout page, then the redirects.
+    async fn pay(self: Arc<Engine>, user: &mut GooseUser) -> TransactionResult {
+        let Some(item) = session(user).pay.take() else {
+            return Ok(());
+        };
+        if self.past_bound() {
+            self.payments.lock().not_run += 1;
+            self.finish_one();
+            return Ok(());
+        }
+        let shard = session(user).number;
+        let job = item.item;
+        let plan = outcome::plan(job.kind);
+        let mut failed = false;
+        for _ in 0..plan.opens {
+            let request = user.client.get(&job.checkout_url);
+            let answer = self.send(user, "checkout page", request, Some(200)).await;
+            failed |= !outcome::answered_as_designed(answer.status);
+        }
+        let mut redirects = Vec::new();
+        let mut actions = Vec::new();
+        for action in plan.actions {
+            let request = user
+                .client
+                .post(&job.checkout_url)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("action={action}"));
+            let mut answer = self.send(user, "checkout action", request, Some(302)).await;
+            let designed = outcome::answered_as_designed(answer.status);
+            failed |= !designed;
+            Engine::as_designed(user, &mut answer, designed);
+            let classified = outcome::classify_action(answer.status, answer.location.as_deref());
+            actions.push(classified.key());
+            if let ActionAnswer::Redirect(url) = classified {
+                redirects.push(url);
+            }
+        }
+        self.checkout.record(
+            shard,
+            Instant::now().saturating_duration_since(item.due),
+            failed,
+        );
+        let mut delivered = Vec::new();
+        for url in redirects {
+            let target = match plan.forge_status {
+                Some(status) => mock_gateway::payer::with_status(&url, status),
+                None => url,
+            };
+            for _ in 0..plan.deliveries {
+                let sent = Instant::now();
+                let request = user.client.get(target.as_str());
+                let mut answer = self.send(user, "callback", request, None).await;
+                let designed = outcome::answered_as_designed(answer.status);
+                Engine::as_designed(user, &mut answer, designed);
+                self.callback.record(
+                    shard,
+                    Instant::now().saturating_duration_since(sent),
+                    !designed,
+                );
+                if answer.status == Some(200) {
+                    self.live
+                        .paid_redirects_delivered
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                delivered.push(outcome::callback_answer(answer.status));
+            }
+        }
+        {
+            let mut tally = self.payments.lock();
+            *tally
+                .by_kind
+                .entry(job.kind.as_str().to_owned())
+                .or_default() += 1;
+            for key in actions {
+                if key == "transport_error" {
+                    tally.transport_errors += 1;
+                }
+                *tally.actions.entry(key).or_default() += 1;
+            }
+            for key in delivered {
+                tally.redirects_delivered += 1;
+                if plan.forge_status.is_some() {
+                    tally.forged_delivered += 1;
+                }
+                if key == "transport_error" {
+                    tally.transport_errors += 1;
+                }
+                *tally.callback_answers.entry(key).or_default() += 1;
+            }
+        }
+        self.finish_one();
+        Ok(())
+    }
+
+    /// `start` (each user's first transaction): its number and the shared
+    /// client; the last user to start sets the schedule's zero.
+    async fn start(self: Arc<Engine>, user: &mut GooseUser) -> TransactionResult {
+        let number = self.ready.fetch_add(1, Ordering::AcqRel);
+        session(user).number = number;
+        user.client = self.client.clone();
+        if number + 1 == self.total_users {
+            let zero = Instant::now() + START_LEAD;
+            self.zero.send_if_modified(|z| {
+                if z.is_none() {
+                    *z = Some(zero);
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+type Step =
+    fn(Arc<Engine>, &mut GooseUser) -> Pin<Box<dyn Future<Output = TransactionResult> + Send + '_>>;
+
+fn transaction(engine: &Arc<Engine>, name: &str, step: Step) -> Transaction {
+    let engine = engine.clone();
+    let function: TransactionFunction = Arc::new(move |user| step(engine.clone(), user));
+    Transaction::new(function).set_name(name)
+}
+
+fn scenario(
+    name: &str,
+    weight: usize,
+    steps: &[(&str, Step)],
+    engine: &Arc<Engine>,
+) -> Result<Scenario, LoadError> {
+    let mut s = Scenario::new(name)
+        .set_weight(weight)
+        .map_err(goose_error)?
+        .register_transaction(
+            transaction(engine, "start", |e, u| Box::pin(e.start(u))).set_on_start(),
+        );
+    for (i, (name, step)) in steps.iter().enumerate() {
+        s = s.register_transaction(transaction(engine, name, *step).set_sequence(i + 1));
+    }
+    Ok(s)
+}
+
+fn goose_error(e: GooseError) -> LoadError {
+    LoadError::Goose(e.to_string())
+}
+
+/// Runs `arrivals` against `targets` with goose, until every arrival and
+/// what it caused is done or `config.stop_by` passes. The driver may read
+/// `live` meanwhile.
+pub async fn run(
+    arrivals: Vec<Arrival>,
+    targets: Targets,
+    profile: &LoadProfile,
+    config: LoadConfig,
+    live: Arc<LiveStats>,
+) -> Result<LoadResult, LoadError> {
+    let called = Instant::now();
+    profile.validate()?;
+    let booking_endpoints = endpoints(&targets)?;
+    let client = goose_reqwest::Client::builder()
+        .redirect(goose_reqwest::redirect::Policy::none())
+        .timeout(REQUEST_TIMEOUT)
+        .no_proxy()
+        .tcp_nodelay(true)
+        .user_agent(concat!("sellout-load/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| LoadError::Client(e.to_string()))?;
+    let retry_users = profile.retry_users();
+    let total_users = profile.users + profile.payer_users + retry_users;
+    let n = arrivals.len();
+    let engine = Arc::new(Engine {
+        arrivals,
+        booking_endpoints,
+        profile: profile.clone(),
+        client,
+        live: live.clone(),
+        called,
+        stop_at: called + config.stop_by,
+        zero: watch::Sender::new(None),
+        next: AtomicUsize::new(0),
+        outstanding: AtomicUsize::new(n),
+        done: watch::Sender::new(n == 0),
+        stopped: AtomicBool::new(false),
+        total_users,
+        ready: AtomicUsize::new(0),
+        announced: AtomicUsize::new(0),
+        all_announced: watch::Sender::new(false),
+        payers: DueQueue::new(),
+        retries: DueQueue::new(),
+        booking: Recorder::new("booking"),
+        retry: Recorder::new("retry"),
+        checkout: Recorder::new("checkout"),
+        callback: Recorder::new("callback"),
+        started: AtomicU64::new(0),
+        late: AtomicU64::new(0),
+        rush_started: AtomicU64::new(0),
+        rush_first_ns: AtomicU64::new(u64::MAX),
+        rush_last_ns: AtomicU64::new(0),
+        outcomes: Mutex::new(BTreeMap::new()),
+        retry_outcomes: Mutex::new(BTreeMap::new()),
+        payments: Mutex::new(PaymentTally::default()),
+    });
+
+    let mut goose_files = Vec::new();
+    let mut report_paths = Vec::new();
+    if let Some(dir) = &config.out_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| LoadError::Goose(format!("creating {}: {e}", dir.display())))?;
+        for name in GOOSE_REPORTS {
+            report_paths.push(dir.join(name).display().to_string());
+        }
+    }
+    let attack = attack(&engine, &targets, profile, &config, report_paths)?;
+
+    // the helpers: the bound, the zero's fallback, the two dispatchers
+    let helpers = {
+        let e = engine.clone();
+        let bound = tokio::spawn(async move {
+            tokio::time::sleep_until(e.stop_at).await;
+            e.stopped.store(true, Ordering::Release);
+            e.done.send_replace(true);
+        });
+        let e = engine.clone();
+        let zero = tokio::spawn(async move {
+            tokio::time::sleep(START_WAIT_MAX).await;
+            e.zero.send_if_modified(|z| {
+                if z.is_none() {
+                    tracing::warn!("not every goose user started; starting the schedule anyway");
+                    *z = Some(Instant::now());
+                    true
+                } else {
+                    false
+                }
+            });
+        });
+        let e = engine.clone();
+        let payers = tokio::spawn(async move {
+            let mut done = e.done.subscribe();
+            let stop = async move {
+                let _ = done.wait_for(|d| *d).await;
+            };
+            e.payers.dispatch(stop).await;
+        });
+        let e = engine.clone();
+        let retries = tokio::spawn(async move {
+            let mut done = e.done.subscribe();
+            let stop = async move {
+                let _ = done.wait_for(|d| *d).await;
+            };
+            e.retries.dispatch(stop).await;
+        });
+        [bound, zero, payers, retries]
+    };
+
+    let executed =
+        tokio::time::timeout_at(called + config.stop_by + EXECUTE_GRACE, attack.execute()).await;
+    engine.done.send_replace(true);
+    for h in &helpers {
+        h.abort();
+    }
+    let goose = match executed {
+        Ok(Ok(metrics)) => summary(&metrics),
+        Ok(Err(GooseError::ThresholdsFailed { metrics, .. })) => summary(&metrics),
+        Ok(Err(e)) => return Err(goose_error(e)),
+        Err(_) => {
+            tracing::warn!("goose did not finish in time; its reports are missing");
+            GooseSummary::default()
+        }
+    };
+    if let Some(dir) = &config.out_dir {
+        goose_files = GOOSE_REPORTS
+            .iter()
+            .filter(|name| dir.join(name).is_file())
+            .map(|name| (*name).to_owned())
+            .collect();
+    }
+    Ok(result(&engine, goose, goose_files))
+}
+
+/// `{url}/bookings` for each instance.
+fn endpoints(targets: &Targets) -> Result<Vec<String>, LoadError> {
+    if targets.booking_urls.is_empty() {
+        return Err(LoadError::Targets("no booking instance".into()));
+    }
+    url::Url::parse(&targets.gateway_url)
+        .map_err(|e| LoadError::Targets(format!("gateway url {:?}: {e}", targets.gateway_url)))?;
+    targets
+        .booking_urls
+        .iter()
+        .map(|u| {
+            url::Url::parse(u)
+                .map_err(|e| LoadError::Targets(format!("booking url {u:?}: {e}")))?;
+            Ok(format!("{}/bookings", u.trim_end_matches('/')))
+        })
+        .collect()
+}
+
+/// Goose, configured: quiet, no controllers, no back-fill, every user
+/// started within [`RAMP_S`], bounded by `stop_by`.
+fn attack(
+    engine: &Arc<Engine>,
+    targets: &Targets,
+    profile: &LoadProfile,
+    config: &LoadConfig,
+    report_paths: Vec<String>,
+) -> Result<GooseAttack, LoadError> {
+    let mut c = GooseConfiguration::default();
+    c.host = targets.booking_urls.first().cloned();
+    c.users = Some(engine.total_users);
+    c.increase_rate = Some(format!("{:.0}", engine.total_users as f64 / RAMP_S));
+    c.run_time = Some(config.stop_by.as_secs().max(1).to_string());
+    c.quiet = 1;
+    c.no_print_metrics = true;
+    c.no_reset_metrics = true;
+    c.no_telnet = true;
+    c.no_gzip = true;
+    c.co_mitigation = Some(GooseCoordinatedOmissionMitigation::Disabled);
+    c.timeout = Some(REQUEST_TIMEOUT.as_secs().to_string());
+    if !report_paths.is_empty() {
+        c.notes = Some(format!(
+            "sellout open-model load: {} bookings/s for {} s, then {}/s for {} s; goose's \
+             request times are from the send; the rehearsal's own report measures from each \
+             arrival's intended start",
+            profile.rate, profile.rush_secs, profile.late_rate, profile.late_secs
+        ));
+    }
+    c.report_file = report_paths;
+    c.threshold = profile.goose_thresholds.clone();
+    c.no_threshold_abort = !profile.goose_thresholds.is_empty();
+    let retry_users = profile.retry_users();
+    // One shared client for goose to hand out (each user's is replaced by
+    // the engine's at `start`): building one client per user costs
+    // milliseconds each.
+    let attack = GooseAttack::initialize_with_config(c)
+        .map_err(goose_error)?
+        .set_client_builder_without_cookies(
+            goose::client::GooseClientBuilder::new()
+                .without_cookies()
+                .gzip(false),
+        )
+        .map_err(goose_error)?
+        .register_scenario(scenario(
+            "Bookings",
+            profile.users,
+            &[
+                ("arrival", |e, u| Box::pin(e.take_arrival(u))),
+                ("booking", |e, u| Box::pin(e.book(u))),
+            ],
+            engine,
+        )?)
+        .register_scenario(scenario(
+            "Payers",
+            profile.payer_users,
+            &[
+                ("payer waits", |e, u| Box::pin(e.take_payment(u))),
+                ("pay", |e, u| Box::pin(e.pay(u))),
+            ],
+            engine,
+        )?)
+        .register_scenario(scenario(
+            "Retries",
+            retry_users,
+            &[
+                ("retry waits", |e, u| Box::pin(e.take_retry(u))),
+                ("retry", |e, u| Box::pin(e.retry_booking(u))),
+            ],
+            engine,
+        )?);
+    Ok(attack)
+}
+
+/// Goose's own figures.
+fn summary(metrics: &GooseMetrics) -> GooseSummary {
+    let mut s = GooseSummary {
+        users: metrics.total_users as u64,
+        duration_s: metrics.duration as u64,
+        ..GooseSummary::default()
+    };
+    s.thresholds = metrics
+        .thresholds
+        .iter()
+        .map(|t| GooseThreshold {
+            rule: t.rule.clone(),
+            passed: t.passed,
+            observed: t.observed.clone(),
+        })
+        .collect();
+    for (name, r) in &metrics.requests {
+        let count = (r.success_count + r.fail_count) as u64;
+        s.requests += count;
+        s.failures += r.fail_count as u64;
+        let t = &r.raw_data;
+        let mean_ms = if t.counter > 0 {
+            t.total_time_us as f64 / t.counter as f64 / 1_000.0
+        } else {
+            0.0
+        };
+        s.per_request.insert(
+            name.clone(),
+            GooseRequestSummary {
+                count,
+                failures: r.fail_count as u64,
+                mean_ms,
+                max_ms: t.maximum_time_us as f64 / 1_000.0,
+            },
+        );
+    }
+    s
+}
+
+/// The engine's figures at the end.
+fn result(engine: &Engine, goose: GooseSummary, goose_files: Vec<String>) -> LoadResult {
+    let scheduled = engine.arrivals.len() as u64;
+    let started = engine.started.load(Ordering::Relaxed);
+    let rush_started = engine.rush_started.load(Ordering::Relaxed);
+    let first = engine.rush_first_ns.load(Ordering::Relaxed);
+    let last = engine.rush_last_ns.load(Ordering::Relaxed);
+    let zero = (*engine.zero.borrow())
+        .map(|z| z.saturating_duration_since(engine.called))
+        .unwrap_or_default();
+    let rush_window = if rush_started > 0 {
+        (Duration::from_nanos(first), Duration::from_nanos(last))
+    } else {
+        (zero, zero)
+    };
+    let mut transactions = vec![engine.booking.figures()];
+    for r in [&engine.retry, &engine.checkout, &engine.callback] {
+        let f = r.figures();
+        if f.count > 0 {
+            transactions.push(f);
+        }
+    }
+    let live = &engine.live;
+    let figures = reports::LoadFigures {
+        requests: live.requests.load(Ordering::Relaxed),
+        server_errors: live.server_errors.load(Ordering::Relaxed),
+        target_rate: engine.profile.rate,
+        achieved_rate: stats::achieved_rate(
+            rush_started,
+            rush_window.1.saturating_sub(rush_window.0),
+            engine.profile.rate,
+        ),
+        arrivals_scheduled: scheduled,
+        arrivals_started: started,
+        arrivals_dropped: scheduled.saturating_sub(started),
+        arrivals_late: engine.late.load(Ordering::Relaxed),
+        transactions,
+    };
+    let mut payments = engine.payments.lock().clone();
+    payments.not_run += engine.payers.drain().len() as u64;
+    let mut retry_outcomes = engine.retry_outcomes.lock().clone();
+    let retries_left = engine.retries.drain().len() as u64;
+    if retries_left > 0 {
+        *retry_outcomes.entry("not_run".to_owned()).or_default() += retries_left;
+    }
+    LoadResult {
+        figures,
+        booking_outcomes: engine.outcomes.lock().clone(),
+        retry_outcomes,
+        payments,
+        rush_window,
+        schedule_zero: zero,
+        stopped_by_bound: engine.stopped.load(Ordering::Acquire),
+        goose_files,
+        goose,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn targets(booking: &[&str], gateway: &str) -> Targets {
+        Targets {
+            booking_urls: booking.iter().map(|s| (*s).to_owned()).collect(),
+            gateway_url: gateway.to_owned(),
+        }
+    }
+
+    #[test]
+    fn booking_endpoints_are_each_instances_bookings_route() {
+        let e = endpoints(&targets(&["http://a:1/", "http://b:2"], "http://g:3")).unwrap();
+        assert_eq!(e, vec!["http://a:1/bookings", "http://b:2/bookings"]);
+    }
+
+    #[test]
+    fn unusable_targets_are_refused() {
+        for t in [
+            targets(&[], "http://g:3"),
+            targets(&["not a url"], "http://g:3"),
+            targets(&["http://a:1"], "nowhere"),
+        ] {
+            assert!(matches!(endpoints(&t), Err(LoadError::Targets(_))), "{t:?}");
+        }
+    }
+}

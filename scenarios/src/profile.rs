@@ -1,0 +1,587 @@
+//! What a rehearsal runs: a [`Profile`], read from TOML with the article's
+//! figures as the defaults, then `--set key=value` overrides on any dotted
+//! path ([`Profile::load`]).
+//!
+//! The order is fixed: the defaults (serialized), the profile file merged
+//! over them (tables merge, everything else is replaced), then each override
+//! in the order given, then one deserialization, so a typo in a key is an
+//! error rather than a silently ignored value.
+//!
+//! Two profiles ship in the binary: `default` (the article's headline
+//! rehearsal) and `ci` (short, for the CI gate). `--profile NAME` finds those,
+//! or a file path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use booking::{Level, SaleId, Settings};
+use booking_server::config::{LevelConfig, StackKind};
+use serde::{Deserialize, Serialize};
+
+use crate::load::LoadProfile;
+
+/// The article's profile, shipped in the binary.
+pub const DEFAULT_PROFILE: &str = include_str!("../profiles/default.toml");
+/// The CI gate's short profile, shipped in the binary.
+pub const CI_PROFILE: &str = include_str!("../profiles/ci.toml");
+
+/// Why a profile could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The file could not be read.
+    #[error("reading profile {path}: {source}")]
+    Read {
+        /// Which file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not TOML, or not a profile.
+    #[error("profile {what}: {message}")]
+    Parse {
+        /// Which file or override.
+        what: String,
+        /// Why.
+        message: String,
+    },
+    /// An override is not `key=value`, or its path does not lead anywhere.
+    #[error("override {0:?}: {1}")]
+    Override(String, String),
+    /// A value is out of range.
+    #[error("invalid profile: {0}")]
+    Invalid(String),
+}
+
+/// The backends of the in-process fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StackProfile {
+    /// `embedded` (nothing to install) or `redis`.
+    pub kind: StackKind,
+    /// Redis URL (`kind = "redis"`); a private `redis-server` is started on a
+    /// free port when nothing answers there.
+    pub redis_url: String,
+    /// Redis connections per instance.
+    pub redis_pool_size: usize,
+}
+
+impl Default for StackProfile {
+    fn default() -> StackProfile {
+        StackProfile {
+            kind: StackKind::Embedded,
+            redis_url: "redis://127.0.0.1:6379".to_owned(),
+            redis_pool_size: booking::settings::REDIS_POOL_SIZE,
+        }
+    }
+}
+
+/// When the fleet's webhook endpoint is subscribed to the mock gateway.
+///
+/// The mock signs every notification with a 2048-bit RSA key, as SNS does;
+/// at the rush's rate that is most of a core on this machine, spent by the
+/// simulated third party rather than the system under rehearsal (in
+/// production AWS signs). `after_rush` keeps the webhook confirm path in the
+/// run (late arrivals, settling) without charging the rush for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Webhooks {
+    /// Subscribed from the start: every completed payment is notified.
+    Always,
+    /// Subscribed once the rush's arrivals have all started.
+    AfterRush,
+    /// Never: callbacks and the reconciler confirm.
+    Never,
+}
+
+/// The bounds a run is held to, besides the audit's zero-violation
+/// invariants (whose bounds are in [`Thresholds::audit`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Thresholds {
+    /// Bookings started per second during the rush, at least.
+    pub rush_rate_min: f64,
+    /// p99 booking latency (from each arrival's intended start), ms, at most.
+    pub booking_p99_ms_max: f64,
+    /// Age of the oldest queued message during the run, ms, at most (the
+    /// article's launch day: under 4 s).
+    pub queue_age_ms_max: f64,
+    /// Server errors (5xx or no answer) as a percentage of requests, at most.
+    pub server_error_pct_max: f64,
+    /// Violations allowed per audit invariant, by name; absent means 0.
+    pub audit: BTreeMap<String, u64>,
+}
+
+impl Default for Thresholds {
+    fn default() -> Thresholds {
+        Thresholds {
+            rush_rate_min: 1_950.0,
+            booking_p99_ms_max: 50.0,
+            queue_age_ms_max: 4_000.0,
+            server_error_pct_max: 0.01,
+            audit: BTreeMap::new(),
+        }
+    }
+}
+
+impl Thresholds {
+    /// The violations allowed for the audit invariant `name` (0 unless set).
+    pub fn audit_max(&self, name: &str) -> u64 {
+        self.audit.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// How long the sale may take to go quiet after the load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settle {
+    /// The longest wait for quiescence, ms; the audit runs after it either
+    /// way (and `sale_settled` says it did not settle).
+    pub max_ms: u64,
+    /// The state must stay unchanged this long to count as quiet, ms.
+    pub quiet_ms: u64,
+    /// How often the state is polled, ms.
+    pub poll_ms: u64,
+}
+
+impl Default for Settle {
+    fn default() -> Settle {
+        Settle {
+            max_ms: 90_000,
+            quiet_ms: 1_500,
+            poll_ms: 250,
+        }
+    }
+}
+
+/// One rehearsal, everything it needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Profile {
+    /// Its name (the file stem), shown in the report.
+    pub name: String,
+    /// Everything random is drawn from it: candidates, arrivals, payers, the
+    /// mock gateway.
+    pub seed: u64,
+    /// The sale id.
+    pub sale: String,
+    /// Distinct eligible candidates.
+    pub candidates: u32,
+    /// Levels with caps and prices.
+    pub levels: Vec<LevelConfig>,
+    /// Booking instances of the in-process fleet.
+    pub instances: usize,
+    /// Backends of the in-process fleet.
+    pub stack: StackProfile,
+    /// When the in-process mock gateway's SNS webhooks (one per completed
+    /// payment, RSA-signed: the webhook confirm path) are subscribed.
+    pub webhooks: Webhooks,
+    /// Rehearse the deployment at this base URL (its `/ops/` routes) instead
+    /// of an in-process fleet.
+    pub target: Option<String>,
+    /// With `target`: the mock gateway that deployment talks to (its ledger
+    /// is the audit's ground truth); without it, the ground-truth checks are
+    /// reported as not run.
+    pub target_gateway: Option<String>,
+    /// With `target`: its `admin_token`, when the `/ops/` routes need one.
+    pub target_admin_token: Option<String>,
+    /// The hold as the article has it, ms, before scaling.
+    pub hold_ms: u64,
+    /// Every sale timer is multiplied by this (1/30: the 10-minute hold
+    /// becomes 20 s).
+    pub time_scale: f64,
+    /// Where run folders go.
+    pub out: PathBuf,
+    /// The load.
+    pub load: LoadProfile,
+    /// The bounds.
+    pub thresholds: Thresholds,
+    /// Quiescence.
+    pub settle: Settle,
+}
+
+fn level(name: &str, cap: u32, price: &str) -> LevelConfig {
+    LevelConfig {
+        level: Level::parse(name).unwrap_or_else(|_| unreachable!("a valid level name")),
+        cap,
+        price: price.to_owned(),
+    }
+}
+
+/// The headline rehearsal's six levels: 20,700 seats (the article's launch
+/// day), priced apart so a payment's amount names its level.
+pub fn article_levels() -> Vec<LevelConfig> {
+    vec![
+        level("floor", 1_200, "5000.00"),
+        level("lower", 2_500, "3500.00"),
+        level("club", 3_500, "2500.00"),
+        level("upper", 4_000, "1500.00"),
+        level("balcony", 4_500, "1000.00"),
+        level("gallery", 5_000, "500.00"),
+    ]
+}
+
+impl Default for Profile {
+    /// The article's headline rehearsal.
+    fn default() -> Profile {
+        Profile {
+            name: "default".to_owned(),
+            seed: 1,
+            sale: "launch".to_owned(),
+            candidates: 40_000,
+            levels: article_levels(),
+            instances: 2,
+            stack: StackProfile::default(),
+            webhooks: Webhooks::AfterRush,
+            target: None,
+            target_gateway: None,
+            target_admin_token: None,
+            hold_ms: 600_000,
+            time_scale: 1.0 / 30.0,
+            out: PathBuf::from("reports/runs"),
+            load: LoadProfile::default(),
+            thresholds: Thresholds::default(),
+            settle: Settle::default(),
+        }
+    }
+}
+
+impl Profile {
+    /// A profile by name (`default`, `ci`) or file path, then `sets`
+    /// (`key.path=value`) over it.
+    pub fn load(profile: Option<&str>, sets: &[String]) -> Result<Profile, ProfileError> {
+        let (name, text) = match profile {
+            None => ("default".to_owned(), DEFAULT_PROFILE.to_owned()),
+            Some(p) => resolve(p)?,
+        };
+        let mut value = defaults_value()?;
+        let mut file: toml::Value = toml::from_str(&text).map_err(|e| ProfileError::Parse {
+            what: name.clone(),
+            message: e.to_string(),
+        })?;
+        if let toml::Value::Table(t) = &mut file {
+            t.entry("name")
+                .or_insert_with(|| toml::Value::String(name.clone()));
+        }
+        merge(&mut value, file);
+        for s in sets {
+            apply_override(&mut value, s)?;
+        }
+        let profile: Profile =
+            value
+                .try_into()
+                .map_err(|e: toml::de::Error| ProfileError::Parse {
+                    what: name,
+                    message: e.to_string(),
+                })?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Refuses what cannot run.
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        let bad = |m: String| Err(ProfileError::Invalid(m));
+        SaleId::parse(&self.sale).map_err(|e| ProfileError::Invalid(format!("sale: {e}")))?;
+        if self.levels.is_empty() {
+            return bad("at least one level is needed".into());
+        }
+        if self.candidates == 0 {
+            return bad("candidates must be > 0".into());
+        }
+        if self.target.is_none() && self.instances == 0 {
+            return bad("instances must be > 0".into());
+        }
+        if !(self.time_scale > 0.0 && self.time_scale.is_finite()) {
+            return bad(format!("time_scale {} must be > 0", self.time_scale));
+        }
+        if self.hold_ms == 0 {
+            return bad("hold_ms must be > 0".into());
+        }
+        if self.settle.poll_ms == 0 {
+            return bad("settle.poll_ms must be > 0".into());
+        }
+        self.load
+            .validate()
+            .map_err(|e| ProfileError::Invalid(format!("load: {e}")))
+    }
+
+    /// The settings every instance runs with: the article's, with this hold,
+    /// scaled by `time_scale`.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            hold: std::time::Duration::from_millis(self.hold_ms),
+            ..Settings::default()
+        }
+        .scaled(self.time_scale)
+    }
+
+    /// Seats in all.
+    pub fn seats(&self) -> u64 {
+        self.levels.iter().map(|l| u64::from(l.cap)).sum()
+    }
+
+    /// Levels and caps, as the load engine takes them.
+    pub fn level_caps(&self) -> Vec<(String, u32)> {
+        self.levels
+            .iter()
+            .map(|l| (l.level.to_string(), l.cap))
+            .collect()
+    }
+
+    /// Where this run's folder goes, the profile's `out` unless overridden.
+    pub fn out_dir(&self) -> &Path {
+        &self.out
+    }
+
+    /// The profile as JSON, for the report.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// The candidate identities of a run: `n` distinct raw identifiers, the same
+/// for the same seed (what `load-candidates` is given and what the load
+/// books as).
+pub fn candidates(seed: u64, n: u32) -> Vec<String> {
+    (0..n).map(|i| format!("cand-{seed:x}-{i:06}")).collect()
+}
+
+/// `(name, text)` of a built-in profile or a file.
+fn resolve(profile: &str) -> Result<(String, String), ProfileError> {
+    match profile {
+        "default" => return Ok(("default".to_owned(), DEFAULT_PROFILE.to_owned())),
+        "ci" => return Ok(("ci".to_owned(), CI_PROFILE.to_owned())),
+        _ => {}
+    }
+    let path = PathBuf::from(profile);
+    let text = std::fs::read_to_string(&path).map_err(|source| ProfileError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let name = path
+        .file_stem()
+        .map_or_else(|| profile.to_owned(), |s| s.to_string_lossy().into_owned());
+    Ok((name, text))
+}
+
+fn defaults_value() -> Result<toml::Value, ProfileError> {
+    toml::Value::try_from(Profile::default()).map_err(|e| ProfileError::Parse {
+        what: "defaults".to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Tables a profile file gives whole: the payer mix (a fraction it does
+/// not name is 0, so the fractions it names sum to 1).
+pub const WHOLE_TABLES: &[&str] = &["load.mix"];
+
+/// `over` merged into `base`: tables key by key (except [`WHOLE_TABLES`]),
+/// anything else replaced.
+pub fn merge(base: &mut toml::Value, over: toml::Value) {
+    merge_at(base, over, "");
+}
+
+fn merge_at(base: &mut toml::Value, over: toml::Value, path: &str) {
+    match (base, over) {
+        (toml::Value::Table(b), toml::Value::Table(o)) if !WHOLE_TABLES.contains(&path) => {
+            for (k, v) in o {
+                let sub = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match b.get_mut(&k) {
+                    Some(slot) => merge_at(slot, v, &sub),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+/// The value of an override: TOML if it parses as a TOML value (`500`,
+/// `0.5`, `true`, `"x"`, `[1, 2]`), else the text as a string.
+pub fn parse_value(text: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {text}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_owned()))
+}
+
+/// Applies `key.path=value` to `root`: tables are created on the way, a
+/// numeric segment indexes an array (which must be long enough).
+pub fn apply_override(root: &mut toml::Value, assignment: &str) -> Result<(), ProfileError> {
+    let err = |m: &str| ProfileError::Override(assignment.to_owned(), m.to_owned());
+    let (path, value) = assignment
+        .split_once('=')
+        .ok_or_else(|| err("expected key=value"))?;
+    let segments: Vec<&str> = path.trim().split('.').collect();
+    if segments.iter().any(|s| s.is_empty()) {
+        return Err(err("empty key segment"));
+    }
+    let value = parse_value(value.trim());
+    let mut slot = root;
+    for (i, seg) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        slot = match slot {
+            toml::Value::Table(t) => {
+                if last {
+                    t.insert((*seg).to_owned(), value);
+                    return Ok(());
+                }
+                t.entry(*seg)
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            }
+            toml::Value::Array(a) => {
+                let idx: usize = seg
+                    .parse()
+                    .map_err(|_| err(&format!("{seg:?} indexes an array: give a number")))?;
+                let len = a.len();
+                let item = a
+                    .get_mut(idx)
+                    .ok_or_else(|| err(&format!("index {idx} past the array's {len} items")))?;
+                if last {
+                    *item = value;
+                    return Ok(());
+                }
+                item
+            }
+            _ => return Err(err(&format!("{seg:?} is inside a value, not a table"))),
+        };
+    }
+    Err(err("nothing to set"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_default_profile_is_the_articles_rehearsal() {
+        let p = Profile::load(None, &[]).unwrap();
+        assert_eq!(p.name, "default");
+        assert_eq!(p.candidates, 40_000);
+        assert_eq!(p.seats(), 20_700);
+        assert_eq!(p.levels.len(), 6);
+        assert_eq!(p.instances, 2);
+        assert_eq!(p.stack.kind, StackKind::Embedded);
+        assert_eq!(p.webhooks, Webhooks::AfterRush);
+        assert_eq!(p.settings().hold, std::time::Duration::from_secs(20));
+        assert_eq!(p.thresholds.rush_rate_min, 1_950.0);
+        assert_eq!(p.thresholds.booking_p99_ms_max, 50.0);
+        assert_eq!(p.thresholds.queue_age_ms_max, 4_000.0);
+        assert_eq!(p.thresholds.server_error_pct_max, 0.01);
+        assert_eq!(p.thresholds.audit_max("no_throttling"), 0);
+        let prices: std::collections::BTreeSet<&str> =
+            p.levels.iter().map(|l| l.price.as_str()).collect();
+        assert_eq!(prices.len(), 6, "prices name levels");
+    }
+
+    #[test]
+    fn the_ci_profile_is_short() {
+        let p = Profile::load(Some("ci"), &[]).unwrap();
+        assert_eq!(p.name, "ci");
+        assert_eq!(p.webhooks, Webhooks::Always);
+        assert!(p.candidates <= 10_000);
+        assert_eq!(p.settings().hold, std::time::Duration::from_secs(6));
+        assert!(p.load.rate * p.load.rush_secs < 2_000.0);
+    }
+
+    #[test]
+    fn overrides_reach_any_dotted_path() {
+        let p = Profile::load(
+            None,
+            &[
+                "candidates=5000".into(),
+                "seed=7".into(),
+                "stack.kind=redis".into(),
+                "levels.0.cap=10".into(),
+                "thresholds.audit.no_throttling=3".into(),
+                "target=http://127.0.0.1:8080".into(),
+                "time_scale=0.5".into(),
+                "webhooks=never".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(p.candidates, 5_000);
+        assert_eq!(p.seed, 7);
+        assert_eq!(p.stack.kind, StackKind::Redis);
+        assert_eq!(p.levels[0].cap, 10);
+        assert_eq!(p.levels[1].cap, 2_500, "the rest of the array stays");
+        assert_eq!(p.thresholds.audit_max("no_throttling"), 3);
+        assert_eq!(p.target.as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(p.time_scale, 0.5);
+        assert_eq!(p.webhooks, Webhooks::Never);
+    }
+
+    #[test]
+    fn bad_overrides_are_refused() {
+        assert!(Profile::load(None, &["candidates".into()]).is_err());
+        assert!(
+            Profile::load(None, &["candidatez=5".into()]).is_err(),
+            "typo"
+        );
+        assert!(Profile::load(None, &["levels.9.cap=1".into()]).is_err());
+        assert!(Profile::load(None, &["levels.x.cap=1".into()]).is_err());
+        assert!(Profile::load(None, &["seed.x=1".into()]).is_err());
+        assert!(Profile::load(None, &["candidates=0".into()]).is_err());
+        assert!(Profile::load(None, &["time_scale=-1".into()]).is_err());
+    }
+
+    #[test]
+    fn files_merge_over_the_defaults() {
+        let dir = std::env::temp_dir().join(format!("profile-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("small.toml");
+        std::fs::write(
+            &path,
+            "candidates = 100\n[thresholds]\nrush_rate_min = 10.0\n",
+        )
+        .unwrap();
+        let p = Profile::load(Some(path.to_str().unwrap()), &[]).unwrap();
+        assert_eq!(p.name, "small");
+        assert_eq!(p.candidates, 100);
+        assert_eq!(p.thresholds.rush_rate_min, 10.0);
+        assert_eq!(p.thresholds.booking_p99_ms_max, 50.0);
+        assert_eq!(p.seats(), 20_700);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(Profile::load(Some("/nonexistent/x.toml"), &[]).is_err());
+    }
+
+    #[test]
+    fn a_files_payer_mix_is_taken_whole() {
+        let mut base = defaults_value().unwrap();
+        let file: toml::Value =
+            toml::from_str("[load]\nrate = 5.0\n[load.mix]\npay_now = 1.0\n").unwrap();
+        merge(&mut base, file);
+        let p: Profile = base.try_into().unwrap();
+        assert_eq!(p.load.rate, 5.0);
+        assert_eq!(p.load.mix.pay_now, 1.0);
+        assert_eq!(p.load.mix.abandon, 0.0, "not merged with the default mix");
+        assert_eq!(p.load.users, LoadProfile::default().users);
+    }
+
+    #[test]
+    fn values_parse_as_toml_or_text() {
+        assert_eq!(parse_value("5"), toml::Value::Integer(5));
+        assert_eq!(parse_value("0.5"), toml::Value::Float(0.5));
+        assert_eq!(parse_value("true"), toml::Value::Boolean(true));
+        assert_eq!(parse_value("\"x\""), toml::Value::String("x".into()));
+        assert_eq!(
+            parse_value("redis://h:1"),
+            toml::Value::String("redis://h:1".into())
+        );
+    }
+
+    #[test]
+    fn candidates_are_distinct_and_seeded() {
+        let a = candidates(1, 1_000);
+        let set: std::collections::BTreeSet<&String> = a.iter().collect();
+        assert_eq!(set.len(), 1_000);
+        assert_eq!(candidates(1, 3), candidates(1, 3));
+        assert_ne!(candidates(1, 3), candidates(2, 3));
+    }
+}

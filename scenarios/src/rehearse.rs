@@ -1,0 +1,773 @@
+//! The rehearsal, phase by phase:
+//!
+//! 1. **setup**: `reset` → `load-candidates` (deterministic from the seed) →
+//!    `open`, and the arrival schedule;
+//! 2. **rush** and **late**: the load engine ([`crate::load`]) drives the
+//!    schedule while a sampler records the timeline every second and the
+//!    oldest queued message every [`QUEUE_SAMPLE_EVERY`];
+//! 3. **settle**: the sale is closed and left to finish (holds expire, the
+//!    reconciler releases, the queue drains) until nothing is held or
+//!    queued and nothing changes for `settle.quiet_ms`, at most
+//!    `settle.max_ms`;
+//! 4. **audit**: the audit's invariants ([`booking_server::ops::audit`])
+//!    and the rehearsal's own ([`crate::thresholds`]);
+//! 5. **report**: `reports/runs/<UTC timestamp>-<seed>/`.
+//!
+//! [`rehearse`] does all of it on a fleet of its own; [`run_on`] on a fleet
+//! the caller keeps (tests break the state afterwards and call
+//! [`verdicts`] again).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use reports::{
+    InvariantResult, LevelFigures, LoadFigures, Phase, QueueFigures, Report, SaleFigures, Sample,
+};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::fleet::{Fleet, FleetError, Snapshot};
+use crate::load::{self, LiveStats, LoadConfig, LoadError, LoadResult, Targets};
+use crate::profile::{self, Profile, Webhooks};
+use crate::progress;
+use crate::thresholds::{self, Leftovers, LevelPeak};
+
+/// How often the oldest queued message's age is sampled.
+pub const QUEUE_SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// How often the timeline is sampled (and progress printed).
+pub const TIMELINE_EVERY: Duration = Duration::from_secs(1);
+/// The load engine's hard stop, past the schedule's own end.
+pub const LOAD_SLACK: Duration = Duration::from_secs(60);
+
+/// Why a rehearsal could not run to its verdict (a failed invariant is not
+/// an error: it is a verdict).
+#[derive(Debug, thiserror::Error)]
+pub enum RehearseError {
+    /// The fleet failed.
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    /// The load engine failed.
+    #[error("load: {0}")]
+    Load(#[from] LoadError),
+    /// The run folder could not be written.
+    #[error("writing {0}: {1}")]
+    Write(PathBuf, String),
+}
+
+/// What a run leaves: its report and where it was written.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The report.
+    pub report: Report,
+    /// The run folder.
+    pub dir: PathBuf,
+    /// What the verdicts were computed from.
+    pub measured: Measured,
+}
+
+/// What the run measured that the verdicts need besides the state.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// The load engine's figures.
+    pub load: LoadFigures,
+    /// The oldest queued message seen, ms (`None`: not observable).
+    pub queue_age_max_ms: Option<u64>,
+    /// Queue-age samples taken.
+    pub queue_samples: u64,
+    /// The most seats each level counted during the run.
+    pub peaks: BTreeMap<String, u64>,
+    /// Per level, the candidates (hashes) whose first booking asked for it.
+    pub first_asks: BTreeMap<String, BTreeSet<String>>,
+    /// What was left when the settle phase ended.
+    pub leftovers: Leftovers,
+    /// How long the settle phase waited, ms.
+    pub settle_waited_ms: u64,
+}
+
+/// Whether progress lines are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// A line every second on stderr.
+    Lines,
+    /// Nothing (tests).
+    Quiet,
+}
+
+/// Starts the fleet `profile` describes, rehearses on it, stops it.
+pub async fn rehearse(profile: &Profile, progress: Progress) -> Result<Outcome, RehearseError> {
+    let fleet = Fleet::start(profile).await?;
+    let outcome = run_on(&fleet, profile, progress).await;
+    fleet.stop().await;
+    outcome
+}
+
+/// The phase the sampler reports.
+#[derive(Debug, Clone, Copy)]
+struct PhaseNow {
+    name: &'static str,
+    /// Arrivals of the rush: the load is in its rush until they have all
+    /// started.
+    rush_arrivals: u64,
+}
+
+impl PhaseNow {
+    fn label(&self, started: u64) -> &'static str {
+        match self.name {
+            "load" if started < self.rush_arrivals => "rush",
+            "load" => "late",
+            name => name,
+        }
+    }
+}
+
+/// What the sampler gathered.
+#[derive(Debug, Default)]
+struct Sampled {
+    timeline: Vec<Sample>,
+    queue_age_max_ms: u64,
+    queue_samples: u64,
+    peaks: BTreeMap<String, u64>,
+}
+
+fn ms_since(t0: Instant) -> u64 {
+    t0.elapsed().as_millis() as u64
+}
+
+/// What the sampler reads and where it writes.
+struct Sampler<'a> {
+    fleet: &'a Fleet,
+    t0: Instant,
+    live: Arc<LiveStats>,
+    phase: Arc<Mutex<PhaseNow>>,
+    out: Arc<Mutex<Sampled>>,
+    progress: Progress,
+    /// Subscribe the webhooks once this many arrivals have started.
+    subscribe_after: Option<u64>,
+}
+
+/// Runs the sampler until `stop` says so.
+async fn sample_loop(sampler: Sampler<'_>, mut stop: watch::Receiver<bool>) {
+    let Sampler {
+        fleet,
+        t0,
+        live,
+        phase,
+        out,
+        progress,
+        subscribe_after,
+    } = sampler;
+    let mut tick = tokio::time::interval(QUEUE_SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_timeline = Instant::now();
+    let observable = fleet.queue_observable();
+    let mut subscribe_after = subscribe_after;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            _ = tick.tick() => {}
+        }
+        if let Some(n) = subscribe_after {
+            if live
+                .arrivals_started
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= n
+            {
+                subscribe_after = None;
+                if fleet.subscribe_webhooks() && progress == Progress::Lines {
+                    eprintln!(
+                        "[{:>6.1}s] rush done: webhooks subscribed",
+                        t0.elapsed().as_secs_f64()
+                    );
+                }
+            }
+        }
+        let age = if observable {
+            fleet.queue_age_ms().await
+        } else {
+            None
+        };
+        if let Some(age) = age {
+            let mut o = out.lock();
+            o.queue_age_max_ms = o.queue_age_max_ms.max(age);
+            o.queue_samples += 1;
+        }
+        // half a tick early counts: the ticks land on the second
+        if last_timeline.elapsed() + QUEUE_SAMPLE_EVERY / 2 < TIMELINE_EVERY {
+            continue;
+        }
+        let interval = last_timeline.elapsed();
+        last_timeline = Instant::now();
+        let snap = match fleet.snapshot(false).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "sampling the sale");
+                continue;
+            }
+        };
+        let stats = live.take_interval();
+        let started = live_bookings_ok(&live);
+        let taken = snap.taken();
+        let sample = Sample {
+            t_ms: ms_since(t0),
+            bookings_per_s: stats.bookings_per_s,
+            requests_per_s: stats.requests_per_s,
+            p50_ms: stats.p50_ms,
+            p99_ms: stats.p99_ms,
+            holds: taken.saturating_sub(snap.paid),
+            paid: snap.paid,
+            released: started.saturating_sub(taken),
+            seats_left: snap.seats_left(),
+            queue_age_ms: age.unwrap_or(0),
+        };
+        let label = phase.lock().label(
+            live.arrivals_started
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        if progress == Progress::Lines {
+            eprintln!("{}", progress::line(label, &sample));
+        }
+        tracing::debug!(interval_ms = interval.as_millis() as u64, "sampled");
+        let mut o = out.lock();
+        record_peaks(&mut o.peaks, &snap);
+        o.timeline.push(sample);
+    }
+}
+
+fn record_peaks(peaks: &mut BTreeMap<String, u64>, snap: &Snapshot) {
+    if let Some(c) = &snap.counters {
+        for l in &c.levels {
+            let e = peaks.entry(l.level.to_string()).or_default();
+            *e = (*e).max(u64::from(l.count));
+        }
+    }
+    for (level, taken) in &snap.status_peaks {
+        let e = peaks.entry(level.clone()).or_default();
+        *e = (*e).max(*taken);
+    }
+}
+
+/// Bookings answered 201 so far.
+fn live_bookings_ok(live: &LiveStats) -> u64 {
+    live.bookings_ok.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Holds created during the run: the 201 answers, first attempts and retries.
+fn holds_created(result: &LoadResult) -> u64 {
+    [&result.booking_outcomes, &result.retry_outcomes]
+        .iter()
+        .filter_map(|m| m.get("admitted"))
+        .sum()
+}
+
+/// The phases' bounds as they happened.
+#[derive(Debug, Default)]
+struct Clock {
+    phases: Vec<Phase>,
+}
+
+impl Clock {
+    fn push(&mut self, name: &str, start_ms: u64, end_ms: u64) {
+        self.phases.push(Phase {
+            name: name.to_owned(),
+            start_ms,
+            end_ms,
+        });
+    }
+}
+
+/// Rehearses on `fleet` (which the caller stops).
+pub async fn run_on(
+    fleet: &Fleet,
+    profile: &Profile,
+    progress: Progress,
+) -> Result<Outcome, RehearseError> {
+    let t0 = Instant::now();
+    let started_at = chrono::Utc::now();
+    let run_id = format!("{}-{}", started_at.format("%Y%m%dT%H%M%SZ"), profile.seed);
+    let dir = profile.out_dir().join(&run_id);
+    std::fs::create_dir_all(&dir).map_err(|e| RehearseError::Write(dir.clone(), e.to_string()))?;
+    let mut clock = Clock::default();
+    let say = |what: &str| {
+        if progress == Progress::Lines {
+            eprintln!("[{:>6.1}s] {what}", t0.elapsed().as_secs_f64());
+        }
+    };
+
+    // setup
+    say(&format!(
+        "setup: {} on {} ({} instance(s)), {} candidates, {} seats in {} levels",
+        profile.name,
+        fleet.stack_name,
+        fleet.booking_urls.len(),
+        profile.candidates,
+        profile.seats(),
+        profile.levels.len()
+    ));
+    fleet.reset().await?;
+    let candidates = profile::candidates(profile.seed, profile.candidates);
+    let added = fleet.load_candidates(&candidates).await?;
+    let levels = profile.level_caps();
+    let arrivals = load::schedule(&profile.load, &candidates, &levels, profile.seed)?;
+    let hashes: Vec<(String, String)> = arrivals
+        .iter()
+        .map(|a| {
+            let hash = booking_server::ops::candidate_of(&a.candidate)
+                .map_or_else(|| a.candidate.clone(), |c| c.to_string());
+            (a.level.clone(), hash)
+        })
+        .collect();
+    let first_asks = thresholds::first_asks(hashes.iter().map(|(l, c)| (l.as_str(), c.as_str())));
+    fleet.open().await?;
+    say(&format!(
+        "open: {added} candidates eligible, {} arrivals scheduled",
+        arrivals.len()
+    ));
+    let setup_end = ms_since(t0);
+    clock.push("setup", 0, setup_end);
+
+    // load, with the sampler beside it
+    let live = Arc::new(LiveStats::default());
+    let phase = Arc::new(Mutex::new(PhaseNow {
+        name: "load",
+        rush_arrivals: profile.load.rush_arrivals() as u64,
+    }));
+    let sampled = Arc::new(Mutex::new(Sampled::default()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let sampler = sample_loop(
+        Sampler {
+            fleet,
+            t0,
+            live: live.clone(),
+            phase: phase.clone(),
+            out: sampled.clone(),
+            progress,
+            subscribe_after: (profile.webhooks == Webhooks::AfterRush)
+                .then_some(profile.load.rush_arrivals() as u64),
+        },
+        stop_rx,
+    );
+    let main = async {
+        let load_start = ms_since(t0);
+        let targets = Targets {
+            booking_urls: fleet.booking_urls.clone(),
+            gateway_url: fleet.gateway_url.clone(),
+        };
+        let config = LoadConfig {
+            out_dir: Some(dir.clone()),
+            stop_by: schedule_end(&arrivals) + LOAD_SLACK,
+        };
+        let result = load::run(arrivals, targets, &profile.load, config, live.clone()).await;
+        let load_end = ms_since(t0);
+        if profile.webhooks == Webhooks::AfterRush {
+            // the rush's arrivals may not all have started (a bound hit)
+            fleet.subscribe_webhooks();
+        }
+        // settle
+        phase.lock().name = "settle";
+        say("load done: closing the sale and letting it finish");
+        let closed = fleet.close().await;
+        let settled = settle(fleet, profile).await;
+        let settle_end = ms_since(t0);
+        let _ = stop_tx.send(true);
+        (result, load_start, load_end, settle_end, closed, settled)
+    };
+    let ((result, load_start, load_end, settle_end, closed, settled), ()) =
+        tokio::join!(main, sampler);
+    let result = result?;
+    closed?;
+    let (leftovers, settle_waited_ms, last) = settled?;
+    let (rush_from, rush_to) = result.rush_window;
+    clock.push(
+        "rush",
+        load_start + rush_from.as_millis() as u64,
+        load_start + rush_to.as_millis() as u64,
+    );
+    clock.push("late", load_start + rush_to.as_millis() as u64, load_end);
+    clock.push("settle", load_end, settle_end);
+
+    // audit
+    say("audit");
+    let audit_start = ms_since(t0);
+    // the document as the counters stand now (the audit compares them)
+    fleet.publish_status().await?;
+    let final_snap = fleet.snapshot(true).await?;
+    let sampled = std::mem::take(&mut *sampled.lock());
+    let mut peaks = sampled.peaks;
+    record_peaks(&mut peaks, &final_snap);
+    record_peaks(&mut peaks, &last);
+    let measured = Measured {
+        load: result.figures.clone(),
+        queue_age_max_ms: fleet.queue_observable().then_some(sampled.queue_age_max_ms),
+        queue_samples: sampled.queue_samples,
+        peaks,
+        first_asks,
+        leftovers,
+        settle_waited_ms,
+    };
+    let (invariants, gateway_ledger) = verdicts_with_ledger(fleet, profile, &measured).await?;
+    clock.push("audit", audit_start, ms_since(t0));
+
+    // report
+    let report_start = ms_since(t0);
+    let holds = holds_created(&result);
+    let sale = sale_figures(profile, &final_snap, holds, gateway_ledger.as_ref());
+    let passed = invariants.iter().all(|i| i.passed);
+    let mut report = Report {
+        schema: reports::SCHEMA,
+        run_id: run_id.clone(),
+        profile_name: profile.name.clone(),
+        profile: profile.to_json(),
+        seed: profile.seed,
+        stack: fleet.stack_name.clone(),
+        versions: versions(),
+        started_at: started_at.to_rfc3339(),
+        finished_at: String::new(),
+        passed,
+        phases: Vec::new(),
+        load: measured.load.clone(),
+        sale,
+        queue: QueueFigures {
+            oldest_age_max_ms: measured.queue_age_max_ms.unwrap_or(0),
+            dead_letters: final_snap.dead_letters,
+        },
+        invariants,
+        faults: Vec::new(),
+        timeline: sampled.timeline,
+        files: result.goose_files.clone(),
+    };
+    clock.push("report", report_start, ms_since(t0));
+    report.phases = clock.phases;
+    report.finished_at = chrono::Utc::now().to_rfc3339();
+    write_report(&dir, &report)?;
+    if progress == Progress::Lines {
+        println!("{}", progress::summary(&report, &dir.display().to_string()));
+    }
+    Ok(Outcome {
+        report,
+        dir,
+        measured,
+    })
+}
+
+/// When the last arrival is due.
+fn schedule_end(arrivals: &[load::Arrival]) -> Duration {
+    arrivals.iter().map(|a| a.at).max().unwrap_or_default()
+}
+
+/// Waits until the sale is quiet: nothing held, nothing queued, every
+/// counted seat paid, nothing changing for `quiet_ms`, at most `max_ms`. Returns what was left, how
+/// long it waited, and the last snapshot.
+async fn settle(
+    fleet: &Fleet,
+    profile: &Profile,
+) -> Result<(Leftovers, u64, Snapshot), FleetError> {
+    let start = Instant::now();
+    let max = Duration::from_millis(profile.settle.max_ms);
+    let quiet_for = Duration::from_millis(profile.settle.quiet_ms);
+    let poll = Duration::from_millis(profile.settle.poll_ms);
+    let mut last = fleet.snapshot(false).await?;
+    let mut unchanged_since = Instant::now();
+    loop {
+        tokio::time::sleep(poll).await;
+        let snap = fleet.snapshot(false).await?;
+        if snap.fingerprint() != last.fingerprint() {
+            unchanged_since = Instant::now();
+        }
+        last = snap;
+        let quiet = unchanged_since.elapsed() >= quiet_for;
+        // nothing held, nothing queued, every counted seat a PAID record
+        // (no pending admission left), and still
+        let done = quiet && last.held == 0 && last.queued == 0 && last.taken() == last.paid;
+        if done || start.elapsed() >= max {
+            let left = Leftovers {
+                overdue_holds: last.overdue_holds,
+                queued: last.queued,
+                quiet,
+            };
+            return Ok((left, start.elapsed().as_millis() as u64, last));
+        }
+    }
+}
+
+/// Every verdict of a run on `fleet`'s state now: the audit's invariants
+/// (judged against the profile) and the rehearsal's own. The status
+/// document is taken as it stands (the rehearsal publishes it first).
+pub async fn verdicts(
+    fleet: &Fleet,
+    profile: &Profile,
+    measured: &Measured,
+) -> Result<Vec<InvariantResult>, RehearseError> {
+    Ok(verdicts_with_ledger(fleet, profile, measured).await?.0)
+}
+
+async fn verdicts_with_ledger(
+    fleet: &Fleet,
+    profile: &Profile,
+    measured: &Measured,
+) -> Result<(Vec<InvariantResult>, Option<Value>), RehearseError> {
+    let t = &profile.thresholds;
+    let ledger = fleet.gateway_ledger().await?;
+    let audit = fleet.audit(ledger.as_ref()).await?;
+    let mut out: Vec<InvariantResult> = audit
+        .invariants
+        .iter()
+        .map(|i| thresholds::from_audit(i, t))
+        .collect();
+    out.push(thresholds::rush_rate(&measured.load, t));
+    out.push(thresholds::booking_p99(&measured.load, t));
+    if let Some(age) = measured.queue_age_max_ms {
+        out.push(thresholds::queue_age(age, measured.queue_samples, t));
+    }
+    out.push(thresholds::server_errors(&measured.load, t));
+    let admissions = ledger.as_ref().and_then(|v| admissions(profile, v));
+    let turned_away = admissions
+        .as_ref()
+        .map(|a| thresholds::turned_away(&measured.first_asks, &a.candidates));
+    let peaks: Vec<LevelPeak> = profile
+        .levels
+        .iter()
+        .map(|l| {
+            let name = l.level.to_string();
+            LevelPeak {
+                cap: u64::from(l.cap),
+                turned_away: turned_away
+                    .as_ref()
+                    .and_then(|t| t.get(&name).copied())
+                    .unwrap_or(0),
+                peak: measured.peaks.get(&name).copied().unwrap_or(0),
+                level: name,
+            }
+        })
+        .collect();
+    // who was turned away is known from the gateway's ledger only
+    if turned_away.is_some() {
+        out.push(thresholds::at_cap_when_demand_exceeded(&peaks));
+    }
+    out.push(thresholds::never_above_cap(&peaks));
+    out.push(thresholds::sale_settled(
+        measured.leftovers,
+        measured.settle_waited_ms,
+    ));
+    Ok((out, ledger))
+}
+
+/// A price string (`"1500.00"`) in poisha.
+pub fn price_poisha(price: &str) -> Option<u64> {
+    let (whole, frac) = price.split_once('.').unwrap_or((price, ""));
+    if frac.len() > 2 || whole.is_empty() {
+        return None;
+    }
+    let whole: u64 = whole.parse().ok()?;
+    let frac: u64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<2}").parse().ok()?
+    };
+    whole.checked_mul(100)?.checked_add(frac)
+}
+
+/// Admissions per level that reached the gateway (a payment created), read
+/// from the gateway's ledger: each payment's amount names its level, its
+/// invoice number its candidate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admissions {
+    /// Payments created per level.
+    pub count: BTreeMap<String, u64>,
+    /// Candidates (hashes) admitted per level.
+    pub candidates: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The candidate hash of an invoice number `<sale>-<candidate hash>-<request ms>`.
+pub fn invoice_candidate(invoice: &str) -> Option<&str> {
+    let (rest, _ms) = invoice.rsplit_once('-')?;
+    let (_sale, candidate) = rest.rsplit_once('-')?;
+    Some(candidate)
+}
+
+/// The [`Admissions`] in `ledger`; `None` when two levels share a price (an
+/// amount would not name one level) or the ledger has no payments list.
+pub fn admissions(profile: &Profile, ledger: &Value) -> Option<Admissions> {
+    let mut by_price: BTreeMap<u64, String> = BTreeMap::new();
+    for l in &profile.levels {
+        if by_price
+            .insert(price_poisha(&l.price)?, l.level.to_string())
+            .is_some()
+        {
+            return None;
+        }
+    }
+    let mut out = Admissions::default();
+    for p in ledger.get("payments")?.as_array()? {
+        let Some(level) = p
+            .get("amountPoisha")
+            .and_then(Value::as_u64)
+            .and_then(|a| by_price.get(&a))
+        else {
+            continue;
+        };
+        *out.count.entry(level.clone()).or_default() += 1;
+        if let Some(c) = p
+            .get("merchantInvoiceNumber")
+            .and_then(Value::as_str)
+            .and_then(invoice_candidate)
+        {
+            out.candidates
+                .entry(level.clone())
+                .or_default()
+                .insert(c.to_owned());
+        }
+    }
+    Some(out)
+}
+
+/// Seats sold again after a release: per level, admissions beyond the cap
+/// (each of those took a seat somebody else had held), summed.
+pub fn resold(caps: &[(String, u64)], admissions: &BTreeMap<String, u64>) -> u64 {
+    caps.iter()
+        .map(|(level, cap)| {
+            admissions
+                .get(level)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(*cap)
+        })
+        .sum()
+}
+
+fn sale_figures(
+    profile: &Profile,
+    snap: &Snapshot,
+    holds_created: u64,
+    ledger: Option<&Value>,
+) -> SaleFigures {
+    let counts: BTreeMap<String, u64> = snap
+        .counters
+        .as_ref()
+        .map(|c| {
+            c.levels
+                .iter()
+                .map(|l| (l.level.to_string(), u64::from(l.count)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let levels: Vec<LevelFigures> = profile
+        .levels
+        .iter()
+        .map(|l| {
+            let name = l.level.to_string();
+            LevelFigures {
+                cap: u64::from(l.cap),
+                taken: counts.get(&name).copied().unwrap_or(0),
+                paid: snap.paid_per_level.get(&name).copied().unwrap_or(0),
+                level: name,
+            }
+        })
+        .collect();
+    let caps: Vec<(String, u64)> = levels.iter().map(|l| (l.level.clone(), l.cap)).collect();
+    let resold = ledger
+        .and_then(|v| admissions(profile, v))
+        .map_or(0, |a| resold(&caps, &a.count));
+    SaleFigures {
+        seats: profile.seats(),
+        levels,
+        holds_created,
+        paid_by_path: snap.paid_by.clone(),
+        released: holds_created.saturating_sub(snap.taken()),
+        extended: snap.extensions,
+        resold,
+        alerts: snap.alerts,
+        emails: snap.emails,
+    }
+}
+
+/// What ran: this crate's version, the build, the host, the commit.
+fn versions() -> BTreeMap<String, String> {
+    let mut v = BTreeMap::new();
+    v.insert("scenarios".to_owned(), env!("CARGO_PKG_VERSION").to_owned());
+    v.insert(
+        "build".to_owned(),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .to_owned(),
+    );
+    v.insert(
+        "host".to_owned(),
+        format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS),
+    );
+    if let Ok(n) = std::thread::available_parallelism() {
+        v.insert("cores".to_owned(), n.to_string());
+    }
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success());
+    if let Some(out) = commit {
+        v.insert(
+            "git_commit".to_owned(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        );
+    }
+    v
+}
+
+/// Writes the run folder's report files: `report.json`, `report.html`,
+/// `summary.md` ([`reports::write_run`]).
+pub fn write_report(dir: &Path, report: &Report) -> Result<(), RehearseError> {
+    reports::write_run(dir, report)
+        .map(|_| ())
+        .map_err(|e| RehearseError::Write(dir.to_owned(), e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn prices_read_as_poisha() {
+        assert_eq!(price_poisha("1500.00"), Some(150_000));
+        assert_eq!(price_poisha("1500"), Some(150_000));
+        assert_eq!(price_poisha("0.5"), Some(50));
+        assert_eq!(price_poisha("1.234"), None);
+        assert_eq!(price_poisha("x"), None);
+    }
+
+    #[test]
+    fn resold_seats_are_admissions_beyond_the_cap() {
+        let caps = vec![("a".to_owned(), 10), ("b".to_owned(), 5)];
+        let adm = BTreeMap::from([("a".to_owned(), 14), ("b".to_owned(), 3)]);
+        assert_eq!(resold(&caps, &adm), 4);
+    }
+
+    #[test]
+    fn admissions_are_read_per_level_from_amounts_and_invoices() {
+        let p = Profile::default();
+        let ledger = json!({"payments": [
+            {"amountPoisha": 500_000, "state": "Completed", "merchantInvoiceNumber": "launch-aaa-1"},
+            {"amountPoisha": 500_000, "state": "Cancelled", "merchantInvoiceNumber": "launch-bbb-2"},
+            {"amountPoisha": 50_000, "state": "Initiated", "merchantInvoiceNumber": "launch-aaa-3"},
+            {"amountPoisha": 1, "state": "Initiated", "merchantInvoiceNumber": "launch-ccc-4"},
+        ]});
+        let a = admissions(&p, &ledger).unwrap();
+        assert_eq!(a.count.get("floor"), Some(&2));
+        assert_eq!(a.count.get("gallery"), Some(&1));
+        assert_eq!(
+            a.candidates["floor"],
+            BTreeSet::from(["aaa".to_owned(), "bbb".to_owned()])
+        );
+        assert!(!a.count.contains_key("lower"));
+        let mut shared = Profile::default();
+        shared.levels[1].price = shared.levels[0].price.clone();
+        assert!(admissions(&shared, &ledger).is_none());
+        assert_eq!(invoice_candidate("my-sale-abc-17"), Some("abc"));
+        assert_eq!(invoice_candidate("nodash"), None);
+    }
+}

@@ -1,0 +1,479 @@
+//! Verdicts: figures of a run, held to the profile's [`Thresholds`], become
+//! [`InvariantResult`]s. Every function here is pure; the rehearsal gathers
+//! the figures ([`crate::rehearse`]) and these decide.
+//!
+//! The names are stable (CI and the tests refer to them):
+//!
+//! | name | figure | passes when |
+//! |---|---|---|
+//! | the audit's ([`from_audit`]) | violations | at most the profile's (0) |
+//! | `rush_rate` | bookings started per second during the rush | at least `rush_rate_min` |
+//! | `booking_p99_ms` | p99 booking latency from the intended start | at most `booking_p99_ms_max` |
+//! | `queue_age_max_ms` | oldest queued message seen during the run | at most `queue_age_ms_max` |
+//! | `server_error_pct` | 5xx or unanswered, % of requests | at most `server_error_pct_max` |
+//! | `at_cap_when_demand_exceeded` | seats short of the cap at the level's peak, summed over levels that turned a candidate away | at most 0 |
+//! | `never_above_cap_during_run` | seats over the cap at the level's peak, summed | at most 0 |
+//! | `sale_settled` | HELD records and queued messages left when the settle bound ran out | at most 0 |
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use booking_server::ops::Invariant;
+use reports::{InvariantResult, LoadFigures};
+
+use crate::profile::Thresholds;
+
+/// `bound` of an invariant that passes at or below its threshold.
+pub const AT_MOST: &str = "at_most";
+/// `bound` of an invariant that passes at or above its threshold.
+pub const AT_LEAST: &str = "at_least";
+/// Violations quoted in a detail at most.
+pub const DETAILS_MAX: usize = 10;
+
+/// The name of the rush-rate threshold.
+pub const RUSH_RATE: &str = "rush_rate";
+/// The name of the booking-latency threshold.
+pub const BOOKING_P99: &str = "booking_p99_ms";
+/// The name of the queue-age threshold.
+pub const QUEUE_AGE: &str = "queue_age_max_ms";
+/// The name of the server-error threshold.
+pub const SERVER_ERRORS: &str = "server_error_pct";
+/// The name of the at-cap invariant.
+pub const AT_CAP: &str = "at_cap_when_demand_exceeded";
+/// The name of the never-above-cap invariant.
+pub const NEVER_ABOVE_CAP: &str = "never_above_cap_during_run";
+/// The name of the quiescence invariant.
+pub const SETTLED: &str = "sale_settled";
+/// The booking transaction's name in the load figures.
+pub const BOOKING_TRANSACTION: &str = "booking";
+
+/// `figure <= threshold`.
+pub fn at_most(
+    name: &str,
+    figure: f64,
+    threshold: f64,
+    unit: &str,
+    detail: String,
+) -> InvariantResult {
+    InvariantResult {
+        name: name.to_owned(),
+        passed: figure <= threshold,
+        figure,
+        threshold,
+        unit: unit.to_owned(),
+        bound: AT_MOST.to_owned(),
+        detail,
+    }
+}
+
+/// `figure >= threshold`.
+pub fn at_least(
+    name: &str,
+    figure: f64,
+    threshold: f64,
+    unit: &str,
+    detail: String,
+) -> InvariantResult {
+    InvariantResult {
+        name: name.to_owned(),
+        passed: figure >= threshold,
+        figure,
+        threshold,
+        unit: unit.to_owned(),
+        bound: AT_LEAST.to_owned(),
+        detail,
+    }
+}
+
+/// A count invariant: at most `max` violations, the first few quoted.
+pub fn count_at_most(name: &str, violations: &[String], max: u64) -> InvariantResult {
+    at_most(
+        name,
+        violations.len() as f64,
+        max as f64,
+        "count",
+        quote(violations),
+    )
+}
+
+fn quote(lines: &[String]) -> String {
+    let mut s = lines
+        .iter()
+        .take(DETAILS_MAX)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if lines.len() > DETAILS_MAX {
+        s.push_str(&format!("; … {} more", lines.len() - DETAILS_MAX));
+    }
+    s
+}
+
+/// One of the audit's invariants, judged again against the profile's bound
+/// for it (the audit's own bound is 0).
+pub fn from_audit(invariant: &Invariant, thresholds: &Thresholds) -> InvariantResult {
+    let max = thresholds.audit_max(&invariant.name);
+    InvariantResult {
+        name: invariant.name.clone(),
+        passed: invariant.figure <= max,
+        figure: invariant.figure as f64,
+        threshold: max as f64,
+        unit: "count".to_owned(),
+        bound: AT_MOST.to_owned(),
+        detail: invariant.detail.clone(),
+    }
+}
+
+/// `rush_rate`: the achieved rush rate against its floor.
+pub fn rush_rate(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResult {
+    at_least(
+        RUSH_RATE,
+        load.achieved_rate,
+        thresholds.rush_rate_min,
+        "bookings/s",
+        format!(
+            "target {:.0}/s; {} arrivals scheduled, {} started, {} late, {} dropped",
+            load.target_rate,
+            load.arrivals_scheduled,
+            load.arrivals_started,
+            load.arrivals_late,
+            load.arrivals_dropped
+        ),
+    )
+}
+
+/// `booking_p99_ms`: the booking transaction's p99 against its ceiling; a
+/// run that measured no booking fails it.
+pub fn booking_p99(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResult {
+    match load
+        .transactions
+        .iter()
+        .find(|t| t.name == BOOKING_TRANSACTION && t.count > 0)
+    {
+        Some(t) => at_most(
+            BOOKING_P99,
+            t.p99_ms,
+            thresholds.booking_p99_ms_max,
+            "ms",
+            format!(
+                "{} bookings: p50 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms",
+                t.count, t.p50_ms, t.p999_ms, t.max_ms
+            ),
+        ),
+        None => InvariantResult {
+            passed: false,
+            ..at_most(
+                BOOKING_P99,
+                0.0,
+                thresholds.booking_p99_ms_max,
+                "ms",
+                "no booking was measured".to_owned(),
+            )
+        },
+    }
+}
+
+/// `queue_age_max_ms`: the oldest queued message seen, against its ceiling.
+/// (Only where the queue can be watched: a remote target's cannot.)
+pub fn queue_age(max_ms: u64, samples: u64, thresholds: &Thresholds) -> InvariantResult {
+    at_most(
+        QUEUE_AGE,
+        max_ms as f64,
+        thresholds.queue_age_ms_max,
+        "ms",
+        format!("{samples} samples"),
+    )
+}
+
+/// Server errors as a percentage of requests (0 with no requests).
+pub fn error_pct(requests: u64, server_errors: u64) -> f64 {
+    if requests == 0 {
+        0.0
+    } else {
+        server_errors as f64 * 100.0 / requests as f64
+    }
+}
+
+/// `server_error_pct`: 5xx and unanswered requests against their ceiling.
+pub fn server_errors(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResult {
+    at_most(
+        SERVER_ERRORS,
+        error_pct(load.requests, load.server_errors),
+        thresholds.server_error_pct_max,
+        "%",
+        format!("{} of {} requests", load.server_errors, load.requests),
+    )
+}
+
+/// One level as the run saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LevelPeak {
+    /// The level.
+    pub level: String,
+    /// Its cap.
+    pub cap: u64,
+    /// Candidates whose first booking asked for this level and who never got
+    /// a hold on it: demand beyond what it could hold at that moment.
+    pub turned_away: u64,
+    /// The most seats it ever counted (samples and status writes).
+    pub peak: u64,
+}
+
+/// `at_cap_when_demand_exceeded`: a level that turned candidates away must
+/// have been at its cap (a level refusing while below it stopped early).
+/// Figure: seats short of the cap at the peak, summed over those levels.
+pub fn at_cap_when_demand_exceeded(levels: &[LevelPeak]) -> InvariantResult {
+    let mut short = 0u64;
+    let mut details = Vec::new();
+    for l in levels.iter().filter(|l| l.turned_away > 0) {
+        if l.peak < l.cap {
+            short += l.cap - l.peak;
+            details.push(format!(
+                "{}: peak {} of {}, {} candidates turned away",
+                l.level, l.peak, l.cap, l.turned_away
+            ));
+        }
+    }
+    let mut r = at_most(AT_CAP, short as f64, 0.0, "seats", quote(&details));
+    if details.is_empty() {
+        r.detail = levels
+            .iter()
+            .map(|l| {
+                format!(
+                    "{}: peak {} of {}, {} turned away",
+                    l.level, l.peak, l.cap, l.turned_away
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+    r
+}
+
+/// `never_above_cap_during_run`: no level ever counted more than its cap.
+/// Figure: seats over the cap at the peak, summed.
+pub fn never_above_cap(levels: &[LevelPeak]) -> InvariantResult {
+    let mut over = 0u64;
+    let mut details = Vec::new();
+    for l in levels.iter().filter(|l| l.peak > l.cap) {
+        over += l.peak - l.cap;
+        details.push(format!("{}: peak {} of {}", l.level, l.peak, l.cap));
+    }
+    at_most(NEVER_ABOVE_CAP, over as f64, 0.0, "seats", quote(&details))
+}
+
+/// What was left when the settle phase ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Leftovers {
+    /// HELD records whose deadline (plus a sweep) had passed.
+    pub overdue_holds: u64,
+    /// Messages still queued or in flight.
+    pub queued: u64,
+    /// Whether the counters had stopped changing.
+    pub quiet: bool,
+}
+
+/// `sale_settled`: the sale went quiet within the settle bound: no overdue
+/// hold left unreleased, the queue drained, the counters still.
+pub fn sale_settled(left: Leftovers, waited_ms: u64) -> InvariantResult {
+    let figure = left.overdue_holds + left.queued + u64::from(!left.quiet);
+    at_most(
+        SETTLED,
+        figure as f64,
+        0.0,
+        "count",
+        format!(
+            "after {waited_ms} ms: {} overdue holds, {} queued, {}",
+            left.overdue_holds,
+            left.queued,
+            if left.quiet {
+                "quiet"
+            } else {
+                "still changing"
+            }
+        ),
+    )
+}
+
+/// Each candidate's first ask, grouped by level: `asks` in arrival order,
+/// (level, candidate); a candidate counts only for the level it asked for
+/// first (a later ask finds it holding or paid, whatever the level).
+pub fn first_asks<'a>(
+    asks: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> BTreeMap<String, BTreeSet<String>> {
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (level, candidate) in asks {
+        if seen.insert(candidate) {
+            out.entry(level.to_owned())
+                .or_default()
+                .insert(candidate.to_owned());
+        }
+    }
+    out
+}
+
+/// Per level, the first askers who never got a hold on it.
+pub fn turned_away(
+    first_asks: &BTreeMap<String, BTreeSet<String>>,
+    admitted: &BTreeMap<String, BTreeSet<String>>,
+) -> BTreeMap<String, u64> {
+    first_asks
+        .iter()
+        .map(|(level, askers)| {
+            let n = match admitted.get(level) {
+                Some(a) => askers.difference(a).count(),
+                None => askers.len(),
+            };
+            (level.clone(), n as u64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reports::TransactionFigures;
+
+    fn thresholds() -> Thresholds {
+        Thresholds::default()
+    }
+
+    fn load(rate: f64, p99: f64, requests: u64, errors: u64) -> LoadFigures {
+        LoadFigures {
+            requests,
+            server_errors: errors,
+            target_rate: 2_000.0,
+            achieved_rate: rate,
+            transactions: vec![TransactionFigures {
+                name: BOOKING_TRANSACTION.to_owned(),
+                count: 100,
+                p99_ms: p99,
+                ..TransactionFigures::default()
+            }],
+            ..LoadFigures::default()
+        }
+    }
+
+    #[test]
+    fn the_rush_rate_fails_below_its_floor() {
+        assert!(rush_rate(&load(1_950.0, 1.0, 1, 0), &thresholds()).passed);
+        let r = rush_rate(&load(1_949.9, 1.0, 1, 0), &thresholds());
+        assert!(!r.passed);
+        assert_eq!((r.name.as_str(), r.bound.as_str()), (RUSH_RATE, AT_LEAST));
+    }
+
+    #[test]
+    fn booking_p99_fails_over_its_ceiling_or_unmeasured() {
+        assert!(booking_p99(&load(2_000.0, 50.0, 1, 0), &thresholds()).passed);
+        assert!(!booking_p99(&load(2_000.0, 50.1, 1, 0), &thresholds()).passed);
+        let none = LoadFigures::default();
+        let r = booking_p99(&none, &thresholds());
+        assert!(!r.passed);
+        assert_eq!(r.name, BOOKING_P99);
+    }
+
+    #[test]
+    fn queue_age_fails_over_its_ceiling() {
+        assert!(queue_age(3_999, 10, &thresholds()).passed);
+        assert!(queue_age(4_000, 10, &thresholds()).passed);
+        assert!(!queue_age(4_001, 10, &thresholds()).passed);
+    }
+
+    #[test]
+    fn server_errors_fail_over_one_in_ten_thousand() {
+        assert!(server_errors(&load(2_000.0, 1.0, 100_000, 10), &thresholds()).passed);
+        let r = server_errors(&load(2_000.0, 1.0, 100_000, 11), &thresholds());
+        assert!(!r.passed);
+        assert!((r.figure - 0.011).abs() < 1e-9);
+        assert_eq!(error_pct(0, 0), 0.0);
+    }
+
+    #[test]
+    fn audit_invariants_are_judged_against_the_profile() {
+        let inv = Invariant {
+            name: "no_throttling".into(),
+            passed: false,
+            figure: 2,
+            threshold: 0,
+            detail: "2 writes".into(),
+        };
+        let r = from_audit(&inv, &thresholds());
+        assert!(!r.passed);
+        assert_eq!((r.figure, r.threshold), (2.0, 0.0));
+        let mut t = thresholds();
+        t.audit.insert("no_throttling".into(), 2);
+        assert!(from_audit(&inv, &t).passed);
+        let clean = Invariant { figure: 0, ..inv };
+        assert!(from_audit(&clean, &thresholds()).passed);
+    }
+
+    fn peak(level: &str, cap: u64, turned_away: u64, peak: u64) -> LevelPeak {
+        LevelPeak {
+            level: level.into(),
+            cap,
+            turned_away,
+            peak,
+        }
+    }
+
+    #[test]
+    fn a_level_that_turned_candidates_away_must_have_been_full() {
+        assert!(at_cap_when_demand_exceeded(&[peak("a", 10, 5, 10)]).passed);
+        assert!(
+            at_cap_when_demand_exceeded(&[peak("a", 10, 0, 5)]).passed,
+            "nobody turned away"
+        );
+        let r = at_cap_when_demand_exceeded(&[peak("a", 10, 3, 7), peak("b", 5, 9, 5)]);
+        assert!(!r.passed);
+        assert_eq!(r.figure, 3.0);
+        assert!(r.detail.contains("a: peak 7 of 10"), "{}", r.detail);
+    }
+
+    #[test]
+    fn no_level_may_go_over_its_cap() {
+        assert!(never_above_cap(&[peak("a", 10, 20, 10)]).passed);
+        let r = never_above_cap(&[peak("a", 10, 20, 12)]);
+        assert!(!r.passed);
+        assert_eq!(r.figure, 2.0);
+    }
+
+    #[test]
+    fn an_unsettled_sale_fails() {
+        let quiet = Leftovers {
+            quiet: true,
+            ..Leftovers::default()
+        };
+        assert!(sale_settled(quiet, 10).passed);
+        assert!(
+            !sale_settled(
+                Leftovers {
+                    overdue_holds: 1,
+                    ..quiet
+                },
+                10
+            )
+            .passed
+        );
+        assert!(!sale_settled(Leftovers { queued: 1, ..quiet }, 10).passed);
+        assert!(!sale_settled(Leftovers::default(), 10).passed);
+    }
+
+    #[test]
+    fn a_candidate_counts_for_its_first_level_only() {
+        let f = first_asks([("a", "x"), ("b", "x"), ("a", "y"), ("b", "z")]);
+        assert_eq!(f["a"], BTreeSet::from(["x".to_owned(), "y".to_owned()]));
+        assert_eq!(f["b"], BTreeSet::from(["z".to_owned()]));
+        let admitted = BTreeMap::from([("a".to_owned(), BTreeSet::from(["x".to_owned()]))]);
+        let t = turned_away(&f, &admitted);
+        assert_eq!(t["a"], 1);
+        assert_eq!(t["b"], 1);
+    }
+
+    #[test]
+    fn details_are_bounded() {
+        let many: Vec<String> = (0..25).map(|i| format!("v{i}")).collect();
+        let r = count_at_most("x", &many, 0);
+        assert!(r.detail.ends_with("… 15 more"), "{}", r.detail);
+        assert_eq!(r.figure, 25.0);
+    }
+}
