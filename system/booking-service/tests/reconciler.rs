@@ -171,7 +171,10 @@ async fn only_the_lock_holder_sweeps() {
     // a dies: its lock outlives the longest sweep (2 × 20 s + the 45 s budget
     // + the 8 s query timeout = 93 s), then b takes over
     s.clock.advance(Duration::from_secs(92));
-    assert!(!b.tick().await.leader, "a's lock still covers a sweep in progress");
+    assert!(
+        !b.tick().await.leader,
+        "a's lock still covers a sweep in progress"
+    );
     s.clock.advance(Duration::from_secs(2));
     assert!(b.tick().await.leader);
     assert!(!a.tick().await.leader);
