@@ -10,6 +10,11 @@ use booking_server::config::StackKind;
 use clap::{Parser, Subcommand};
 use scenarios::{Profile, Progress};
 
+/// The `booking` binary's allocator: the rehearsal runs the fleet in this
+/// process, so it serves with what production serves with.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Rehearse a flash sale: load, audit, report.
 #[derive(Debug, Parser)]
 #[command(name = "scenarios", version, about)]

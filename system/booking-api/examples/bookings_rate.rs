@@ -21,10 +21,16 @@
 //!    on schedule whatever the previous did), for `BENCH_PACED_SECONDS`
 //!    (default 10): latency p50/p99/max.
 //!
-//! The API and the mock gateway run on one runtime of `BENCH_THREADS`
-//! (default 2) workers; the clients on a separate 1-thread runtime. All of it
-//! shares the machine's cores: on a 2-core machine the clients and the mock's
-//! work are taken out of the system's budget, so the figures are a floor.
+//! Three runtimes share the machine's cores: the booking system (the API and
+//! its ports, `BENCH_THREADS` workers, default 2, threads named `system`),
+//! the mock gateway (the third party, 1 worker, `gateway`) and the clients
+//! (1 worker, `load`). On a 2-core machine the clients' and the mock's work
+//! are taken out of the system's budget, so the wall-clock rates are a floor.
+//! Each phase also prints the CPU time each group of threads used
+//! (`/proc/self/task/*/schedstat`), and from it **bookings per system
+//! CPU-second**: what the booking system itself costs, whatever else the
+//! shared machine runs, and so its capacity on 2 cores of its own
+//! (`2 ×` that figure). Ratios measured in one run are what to compare.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -38,6 +44,60 @@ use std::time::{Duration, Instant};
 use booking::Settings;
 use common::{Backend, TestOptions, TestStack};
 use hdrhistogram::Histogram;
+
+// the `booking` binary's allocator, so the bench measures what it serves with
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// CPU time (ns) used so far by this process's threads, per thread-name
+/// group: (`system`, `gateway`, `load`, everything else).
+fn cpu_by_group() -> [u64; 4] {
+    let mut groups = [0u64; 4];
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return groups;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let ns: u64 = std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+            .unwrap_or(0);
+        let group = match comm.trim() {
+            c if c.starts_with("system") => 0,
+            c if c.starts_with("gateway") => 1,
+            c if c.starts_with("load") => 2,
+            _ => 3,
+        };
+        groups[group] += ns;
+    }
+    groups
+}
+
+/// Prints where the CPU went between two [`cpu_by_group`] readings, and the
+/// bookings per system CPU-second.
+fn report_cpu(phase: &str, before: [u64; 4], after: [u64; 4], bookings: u64, wall: Duration) {
+    let secs: Vec<f64> = (0..4)
+        .map(|i| after[i].saturating_sub(before[i]) as f64 / 1e9)
+        .collect();
+    let per_system_cpu_s = if secs[0] > 0.0 {
+        bookings as f64 / secs[0]
+    } else {
+        0.0
+    };
+    println!(
+        "{phase} CPU over {:.1} s wall: system {:.2} s, gateway (mock) {:.2} s, load (clients) {:.2} s, other {:.2} s",
+        wall.as_secs_f64(),
+        secs[0],
+        secs[1],
+        secs[2],
+        secs[3],
+    );
+    println!(
+        "{phase}: {per_system_cpu_s:.0} bookings per system CPU-second (2 cores of its own: {:.0} bookings/s; target 10,000)",
+        2.0 * per_system_cpu_s
+    );
+}
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -104,11 +164,19 @@ fn main() {
 
     let system = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
+        .thread_name("system")
         .enable_all()
         .build()
         .expect("system runtime");
+    let gateway = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("gateway")
+        .enable_all()
+        .build()
+        .expect("gateway runtime");
     let load = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .thread_name("load")
         .enable_all()
         .build()
         .expect("load runtime");
@@ -119,7 +187,7 @@ fn main() {
     };
     println!(
         "bookings_rate ({stack}): {} cores on this machine; system runtime {threads} workers, \
-         clients on 1; {candidates} candidates loaded",
+         mock gateway on 1, clients on 1; {candidates} candidates loaded",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let t = system.block_on(TestStack::start_with(TestOptions {
@@ -128,6 +196,7 @@ fn main() {
         settings: Settings::default(),
         webhooks: false,
         backend,
+        gateway_runtime: Some(gateway.handle().clone()),
         ..TestOptions::default()
     }));
     let url = format!("{}/bookings", t.url);
@@ -155,6 +224,7 @@ fn main() {
     });
 
     // phase 1: closed loop
+    let cpu0 = cpu_by_group();
     let (h, created, failed, elapsed) = load.block_on(async {
         let until = Instant::now() + Duration::from_secs(seconds);
         let started = Instant::now();
@@ -194,8 +264,17 @@ fn main() {
         created as f64 / elapsed.as_secs_f64()
     );
     report("closed loop latency", &h);
+    report_cpu(
+        "closed loop",
+        cpu0,
+        cpu_by_group(),
+        created + failed,
+        elapsed,
+    );
 
     // phase 2: paced, open loop
+    let cpu0 = cpu_by_group();
+    let paced_started = Instant::now();
     let (h, created, failed, late) = load.block_on(async {
         let total = rate * paced_seconds;
         let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
@@ -228,6 +307,13 @@ fn main() {
          {late} sent more than 5 ms late"
     );
     report("paced latency", &h);
+    report_cpu(
+        "paced",
+        cpu0,
+        cpu_by_group(),
+        created + failed,
+        paced_started.elapsed(),
+    );
 
     let taken = system.block_on(t.taken("gold"));
     println!("ledger: {taken} seats counted");

@@ -7,6 +7,12 @@ use anyhow::Context;
 use booking_server::cli::{Cli, Command};
 use clap::Parser;
 
+/// mimalloc: a booking allocates many small, short-lived strings and maps
+/// (JSON bodies, headers, the gateway call); glibc malloc cost about 15 % of
+/// the request path in `bookings_rate` profiles.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<std::process::ExitCode> {
     tracing_subscriber::fmt()

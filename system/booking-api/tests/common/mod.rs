@@ -139,6 +139,10 @@ pub struct TestOptions {
     /// pool of `settings.redis_pool_size`). Redis keeps its TTLs by its own
     /// clock: a [`ManualClock`](booking::ManualClock) does not move them.
     pub backend: Backend,
+    /// Run the mock gateway on this runtime instead of the caller's (the
+    /// benchmark keeps the third party's threads apart from the system's, to
+    /// account their CPU separately).
+    pub gateway_runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Default for TestOptions {
@@ -158,6 +162,7 @@ impl Default for TestOptions {
             clock: Arc::new(SystemClock),
             wrap_queue: None,
             backend: Backend::Embedded,
+            gateway_runtime: None,
         }
     }
 }
@@ -234,9 +239,14 @@ impl TestStack {
         }
         let topic = mock_config.topic_arn.clone();
         let spec = ScriptSpec::from_toml(&options.script).expect("the mock script parses");
-        let mock = mock_gateway::start_local(mock_config, spec)
-            .await
-            .expect("the mock gateway starts");
+        let mock = match &options.gateway_runtime {
+            Some(runtime) => runtime
+                .spawn(mock_gateway::start_local(mock_config, spec))
+                .await
+                .expect("the mock gateway's start task"),
+            None => mock_gateway::start_local(mock_config, spec).await,
+        }
+        .expect("the mock gateway starts");
 
         let clock = options.clock.clone();
         let settings = options.settings.clone();
