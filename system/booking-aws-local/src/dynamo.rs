@@ -20,7 +20,9 @@
 //! first. dynoxide deletes as soon as a sweep runs, so its clock runs
 //! `ttl_lag` behind: a sweep deletes what expired `ttl_lag` ago. The same
 //! clock stamps stream records, which therefore look `ttl_lag` older than
-//! they are (far inside any max record age).
+//! they are: keep `ttl_lag` well below the stream mappings' max record age,
+//! or every record is given up as too old (seen: a 1 h lag against the 1 h
+//! default age sent every record to the on-failure queue).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -21,9 +21,11 @@ use booking_aws::{AwsSettings, Endpoints, Resources};
 pub use dynamo::Dynoxide;
 pub use moto::Moto;
 
-/// The TTL service's lateness by default: long enough that no test's
-/// hold is deleted by it unless the test asks.
-pub const TTL_LAG_DEFAULT: Duration = Duration::from_secs(60 * 60);
+/// The TTL service's lateness by default: long enough that no test's or
+/// short rehearsal's hold is deleted by it unless asked, and well inside the
+/// stream mappings' max record age (1 h), since dynoxide's lagging clock
+/// also makes every stream record look this much older.
+pub const TTL_LAG_DEFAULT: Duration = Duration::from_secs(5 * 60);
 /// How often the local TTL service sweeps.
 pub const TTL_SWEEP_EVERY: Duration = Duration::from_millis(500);
 
