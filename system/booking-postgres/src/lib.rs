@@ -134,6 +134,19 @@ fn paid_by(record: &BookingRecord) -> Result<&'static str, BackOfficeError> {
     }
 }
 
+/// A row of `SELECT payment_id, sale, candidate, level, paid_ms, paid_by, email_sent`.
+fn row_of(r: &tokio_postgres::Row) -> PaidRow {
+    PaidRow {
+        payment_id: r.get(0),
+        sale: r.get(1),
+        candidate: r.get(2),
+        level: r.get(3),
+        paid_ms: u64::try_from(r.get::<_, i64>(4)).unwrap_or(0),
+        paid_by: r.get(5),
+        email_sent: r.get(6),
+    }
+}
+
 fn as_i64(v: u64, what: &str) -> Result<i64, BackOfficeError> {
     i64::try_from(v).map_err(|_| BackOfficeError::Invalid(format!("{what} {v} out of range")))
 }
@@ -287,18 +300,7 @@ impl BackOffice {
                 &[&sale.as_str()],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| PaidRow {
-                payment_id: r.get(0),
-                sale: r.get(1),
-                candidate: r.get(2),
-                level: r.get(3),
-                paid_ms: u64::try_from(r.get::<_, i64>(4)).unwrap_or(0),
-                paid_by: r.get(5),
-                email_sent: r.get(6),
-            })
-            .collect())
+        Ok(rows.iter().map(row_of).collect())
     }
 
     /// The row of one payment.
@@ -314,15 +316,7 @@ impl BackOffice {
                 &[&payment.as_str()],
             )
             .await?;
-        Ok(row.map(|r| PaidRow {
-            payment_id: r.get(0),
-            sale: r.get(1),
-            candidate: r.get(2),
-            level: r.get(3),
-            paid_ms: u64::try_from(r.get::<_, i64>(4)).unwrap_or(0),
-            paid_by: r.get(5),
-            email_sent: r.get(6),
-        }))
+        Ok(row.as_ref().map(row_of))
     }
 
     /// Drops the schema and everything in it (tests clean up with it).

@@ -73,6 +73,20 @@ impl StatusSink for RecordedSink {
     }
 }
 
+/// The shortest visibility timeout the SQS queue is used with. A scaled
+/// rehearsal's timeout (60 s × 0.01 = 0.6 s) is shorter than a receive,
+/// a write and a delete over a network take: every batch would come back
+/// while it is still being handled. Real sales run at 60 s.
+pub const AWS_VISIBILITY_MIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The visibility timeout the AWS queue is provisioned and received with.
+pub fn aws_visibility(config: &ServerConfig) -> std::time::Duration {
+    config
+        .effective_settings()
+        .visibility_timeout
+        .max(AWS_VISIBILITY_MIN)
+}
+
 /// The AWS clients and names of `config` (`kind = "aws"`).
 pub async fn aws_adapters(
     config: &ServerConfig,
@@ -82,13 +96,7 @@ pub async fn aws_adapters(
     let resources =
         booking_aws::Resources::named(&aws.prefix).map_err(booking_aws::ConnectError::Names)?;
     let clients = aws.sdk.clients().await;
-    Ok(booking_aws::Adapters::connect(
-        clients,
-        resources,
-        config.effective_settings().visibility_timeout,
-        clock,
-    )
-    .await?)
+    Ok(booking_aws::Adapters::connect(clients, resources, aws_visibility(config), clock).await?)
 }
 
 /// What `booking provision` did.
@@ -130,10 +138,11 @@ pub async fn provision(
     let aws = &config.stack.aws;
     let resources = booking_aws::Resources::named(&aws.prefix).map_err(ConfigError::Invalid)?;
     let clients = aws.sdk.clients().await;
-    let options = booking_aws::ProvisionOptions::from_settings(
-        &config.effective_settings(),
-        allow_unsupported || aws.allow_unsupported_settings,
-    );
+    let options = booking_aws::ProvisionOptions {
+        visibility_timeout: aws_visibility(config),
+        receives_max: config.effective_settings().receives_max,
+        allow_unsupported: allow_unsupported || aws.allow_unsupported_settings,
+    };
     let report = booking_aws::provision(&clients, &resources, &options).await?;
     let migrations_applied = match &aws.postgres_url {
         Some(url) => {
