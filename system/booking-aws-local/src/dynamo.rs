@@ -118,25 +118,27 @@ async fn forward(State(front): State<Front>, headers: HeaderMap, body: Bytes) ->
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut out_headers = HeaderMap::new();
     for (name, value) in answer.headers() {
-        if name != "content-length" && name != "transfer-encoding" {
-            if let (Ok(n), Ok(v)) = (
-                axum::http::HeaderName::from_bytes(name.as_str().as_bytes()),
-                HeaderValue::from_bytes(value.as_bytes()),
-            ) {
-                out_headers.insert(n, v);
-            }
+        if name == "content-length" || name == "transfer-encoding" {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            out_headers.insert(n, v);
         }
     }
     let mut bytes = match answer.bytes().await {
         Ok(b) => b.to_vec(),
         Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     };
-    if target == GET_RECORDS_TARGET {
-        if let Some(fixed) = fix_user_identity(&bytes) {
-            bytes = fixed;
-            if let Ok(v) = HeaderValue::from_str(&crc32fast::hash(&bytes).to_string()) {
-                out_headers.insert("x-amz-crc32", v);
-            }
+    let fixed = (target == GET_RECORDS_TARGET)
+        .then(|| fix_user_identity(&bytes))
+        .flatten();
+    if let Some(fixed) = fixed {
+        bytes = fixed;
+        if let Ok(v) = HeaderValue::from_str(&crc32fast::hash(&bytes).to_string()) {
+            out_headers.insert("x-amz-crc32", v);
         }
     }
     (status, out_headers, bytes).into_response()
