@@ -356,7 +356,7 @@ impl Fleet {
             mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default()).await?;
 
         let (redis_url, redis) = match profile.stack.kind {
-            StackKind::Redis => ensure_redis(&profile.stack.redis_url)?,
+            StackKind::Redis | StackKind::Aws => ensure_redis(&profile.stack.redis_url)?,
             StackKind::Embedded => (profile.stack.redis_url.clone(), None),
         };
         let mut config = ServerConfig {
@@ -366,6 +366,7 @@ impl Fleet {
                 kind: profile.stack.kind,
                 redis_url,
                 redis_pool_size: profile.stack.redis_pool_size,
+                aws: profile.stack.aws.clone(),
             },
             settings: booking::Settings {
                 hold: Duration::from_millis(profile.hold_ms),
@@ -378,6 +379,15 @@ impl Fleet {
         config.gateway.base_url = mock.url.clone();
         config.webhook.loopback_sns_port = Some(mock.addr.port());
         config.webhook.topic_arns = Some(vec![topic]);
+        if profile.stack.kind == StackKind::Aws {
+            // fresh resources per run: records, queues and the back office
+            // have no clear operation (see ops::reset)
+            config.stack.aws.prefix = config.key_prefix.clone();
+            config.stack.aws.postgres_schema = config.key_prefix.replace('-', "_");
+            booking_server::provision(&config, false)
+                .await
+                .map_err(|e| FleetError::Invalid(format!("provisioning: {e}")))?;
+        }
 
         let mut servers: Vec<Arc<Server>> = Vec::with_capacity(profile.instances);
         let mut instances = Vec::with_capacity(profile.instances);
@@ -403,6 +413,7 @@ impl Fleet {
         let stack_name = match profile.stack.kind {
             StackKind::Embedded => "embedded",
             StackKind::Redis => "redis",
+            StackKind::Aws => "aws",
         };
         Ok(Fleet {
             servers,

@@ -79,6 +79,7 @@ impl RehearseArgs {
             let kind = match stack {
                 StackKind::Embedded => "embedded",
                 StackKind::Redis => "redis",
+                StackKind::Aws => "aws",
             };
             sets.push(format!("stack.kind={}", quote(kind)));
         }

@@ -63,6 +63,9 @@ pub struct StackProfile {
     pub redis_url: String,
     /// Redis connections per instance.
     pub redis_pool_size: usize,
+    /// The AWS side (`kind = "aws"`); the fleet provisions it under a
+    /// per-run prefix (the configured prefix is replaced).
+    pub aws: booking_server::config::AwsStackConfig,
 }
 
 impl Default for StackProfile {
@@ -71,6 +74,7 @@ impl Default for StackProfile {
             kind: StackKind::Embedded,
             redis_url: "redis://127.0.0.1:6379".to_owned(),
             redis_pool_size: booking::settings::REDIS_POOL_SIZE,
+            aws: booking_server::config::AwsStackConfig::default(),
         }
     }
 }

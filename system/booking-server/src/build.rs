@@ -3,16 +3,18 @@
 //! record store's throttles and TTL sweep, the outbox, the status writes).
 //!
 //! The seat ledger and coordination are embedded or on Redis; records, queue
-//! and outputs are embedded for now (the AWS adapters come later). The
-//! gateway is always the bKash client, with its fleet-shared token in
-//! coordination.
+//! and the status document are embedded, or on AWS (`kind = "aws"`: DynamoDB,
+//! SQS, S3), where every status write also lands in the embedded sink, whose
+//! history the audit reads. Mail and alerts stay embedded. The gateway is
+//! always the bKash client, with its fleet-shared token in coordination.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use booking::{
-    Alerts, Clock, Coordination, Ledger, Level, Mailer, StatusSink, StatusWriter, SystemClock,
+    Alerts, ChangeStream, Clock, Coordination, Ledger, Level, Mailer, Queue, RecordStore,
+    StatusSink, StatusWriter, SystemClock,
 };
 use booking_api::Stack;
 use booking_bkash::{BkashConfig, BkashGateway, Credentials};
@@ -40,6 +42,134 @@ pub enum BuildError {
     /// The gateway client could not be built.
     #[error("gateway client: {0}")]
     Gateway(#[from] booking_bkash::BuildError),
+    /// The AWS resources are missing or unreachable.
+    #[error("aws: {0}")]
+    Aws(#[from] booking_aws::ConnectError),
+    /// The back office could not be reached or migrated.
+    #[error("back office: {0}")]
+    BackOffice(#[from] booking_postgres::BackOfficeError),
+}
+
+/// A status sink that writes to S3 and keeps every write in the embedded
+/// sink too (the audit reads that history: no document written since the
+/// reset showed a full level open).
+#[derive(Debug)]
+pub struct RecordedSink {
+    /// Where the document lives.
+    pub primary: Arc<dyn StatusSink>,
+    /// The history of this process's writes.
+    pub history: Arc<ObjectSink>,
+}
+
+#[async_trait::async_trait]
+impl StatusSink for RecordedSink {
+    async fn put(&self, document: &[u8]) -> Result<(), booking::NotifyError> {
+        self.primary.put(document).await?;
+        self.history.put(document).await
+    }
+
+    async fn get(&self) -> Result<Option<Vec<u8>>, booking::NotifyError> {
+        self.primary.get().await
+    }
+}
+
+/// The shortest visibility timeout the SQS queue is used with. A scaled
+/// rehearsal's timeout (60 s × 0.01 = 0.6 s) is shorter than a receive,
+/// a write and a delete over a network take: every batch would come back
+/// while it is still being handled. Real sales run at 60 s.
+pub const AWS_VISIBILITY_MIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The visibility timeout the AWS queue is provisioned and received with.
+pub fn aws_visibility(config: &ServerConfig) -> std::time::Duration {
+    config
+        .effective_settings()
+        .visibility_timeout
+        .max(AWS_VISIBILITY_MIN)
+}
+
+/// The AWS clients and names of `config` (`kind = "aws"`).
+pub async fn aws_adapters(
+    config: &ServerConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<booking_aws::Adapters, BuildError> {
+    let aws = &config.stack.aws;
+    let resources =
+        booking_aws::Resources::named(&aws.prefix).map_err(booking_aws::ConnectError::Names)?;
+    let clients = aws.sdk.clients().await;
+    Ok(booking_aws::Adapters::connect(clients, resources, aws_visibility(config), clock).await?)
+}
+
+/// What `booking provision` did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Provisioned {
+    /// Every AWS setting looked at.
+    pub aws: booking_aws::ProvisionReport,
+    /// The back office's migrations applied now (none: up to date, or no
+    /// back office configured).
+    pub migrations_applied: Vec<i32>,
+}
+
+/// Why provisioning failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionFailed {
+    /// The configuration is invalid, or not the AWS stack.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// AWS refused.
+    #[error(transparent)]
+    Aws(#[from] booking_aws::ProvisionError),
+    /// The back office refused.
+    #[error("back office: {0}")]
+    BackOffice(#[from] booking_postgres::BackOfficeError),
+}
+
+/// `booking provision`: the AWS resources of `config` made or brought to the
+/// design, and the back office migrated. Idempotent.
+pub async fn provision(
+    config: &ServerConfig,
+    allow_unsupported: bool,
+) -> Result<Provisioned, ProvisionFailed> {
+    config.validate()?;
+    if config.stack.kind != StackKind::Aws {
+        return Err(
+            ConfigError::Invalid("provision is for the AWS stack (--stack aws)".into()).into(),
+        );
+    }
+    let aws = &config.stack.aws;
+    let resources = booking_aws::Resources::named(&aws.prefix).map_err(ConfigError::Invalid)?;
+    let clients = aws.sdk.clients().await;
+    let options = booking_aws::ProvisionOptions {
+        visibility_timeout: aws_visibility(config),
+        receives_max: config.effective_settings().receives_max,
+        allow_unsupported: allow_unsupported || aws.allow_unsupported_settings,
+    };
+    let report = booking_aws::provision(&clients, &resources, &options).await?;
+    let migrations_applied = match &aws.postgres_url {
+        Some(url) => {
+            booking_postgres::BackOffice::connect(url, &aws.postgres_schema)
+                .await?
+                .migrate()
+                .await?
+        }
+        None => Vec::new(),
+    };
+    Ok(Provisioned {
+        aws: report,
+        migrations_applied,
+    })
+}
+
+/// The back office of `config`, migrated; `None` without a `postgres_url`.
+pub async fn back_office(
+    config: &ServerConfig,
+) -> Result<Option<Arc<booking_postgres::BackOffice>>, BuildError> {
+    let aws = &config.stack.aws;
+    let Some(url) = &aws.postgres_url else {
+        return Ok(None);
+    };
+    let office = booking_postgres::BackOffice::connect(url, &aws.postgres_schema).await?;
+    office.migrate().await?;
+    Ok(Some(Arc::new(office)))
 }
 
 /// The embedded parts of a stack, as their concrete types.
@@ -126,7 +256,7 @@ async fn build_with(
                 Arc::new(EmbeddedCoordination::new(clock.clone())),
             ),
         },
-        StackKind::Redis => {
+        StackKind::Redis | StackKind::Aws => {
             let url = &config.stack.redis_url;
             let pool = config.redis_pool_size();
             let ledger = RedisLedger::connect(url, pool, &config.key_prefix).await?;
@@ -189,7 +319,34 @@ async fn build_with(
         .collect();
     let mailer: Arc<dyn Mailer> = embedded.mailer.clone();
     let alerts: Arc<dyn Alerts> = embedded.alerts.clone();
-    let status_sink: Arc<dyn StatusSink> = embedded.sink.clone();
+    let mut status_sink: Arc<dyn StatusSink> = embedded.sink.clone();
+    let mut records: Arc<dyn RecordStore> = embedded.records.clone();
+    let mut stream: Arc<dyn ChangeStream> = embedded.records.clone();
+    let mut queue: Arc<dyn Queue> = embedded.queue.clone();
+    if config.stack.kind == StackKind::Aws {
+        match first {
+            // one process's instances share the adapters (stateless clients;
+            // the throttle counts and queue ages then cover the whole fleet)
+            Some(f) => {
+                records = f.stack.records.clone();
+                stream = f.stack.stream.clone();
+                queue = f.stack.queue.clone();
+                status_sink = f.stack.status_sink.clone();
+            }
+            None => {
+                let aws = aws_adapters(config, clock.clone()).await?;
+                records = aws.records.clone();
+                stream = Arc::new(aws.stream().await?);
+                queue = aws.queue.clone();
+                status_sink = Arc::new(RecordedSink {
+                    primary: aws.status.clone(),
+                    history: embedded.sink.clone(),
+                });
+                // a fresh database gets its schema before the first sync
+                back_office(config).await?;
+            }
+        }
+    }
     let stack = Arc::new(Stack {
         sale: config.sale.clone(),
         prefix: config.key_prefix.clone(),
@@ -197,9 +354,9 @@ async fn build_with(
         prices,
         public_url: public_url.trim_end_matches('/').to_owned(),
         ledger: ledger.clone(),
-        records: embedded.records.clone(),
-        stream: embedded.records.clone(),
-        queue: embedded.queue.clone(),
+        records,
+        stream,
+        queue,
         coordination: coordination.clone(),
         gateway: gateway.clone(),
         mailer,

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! booking serve [--config FILE] [flags]
+//! booking provision [--config FILE] [flags] [--allow-unsupported]   # AWS resources + back-office schema
 //! booking [--server URL] [--token T] reset
 //! booking [--server URL] load-candidates FILE   # one id or hash per line, or a JSON list; - for stdin
 //! booking [--server URL] open | close | status
@@ -49,6 +50,18 @@ pub struct Cli {
 pub enum Command {
     /// Run an instance: the API, the /ops/ routes and the background loops.
     Serve(Box<ServeArgs>),
+    /// Make (or bring to the design) every AWS table, index, queue and bucket
+    /// of the configuration, and migrate the back office; idempotent. Run
+    /// locally, with the same configuration as `serve`.
+    Provision {
+        /// The configuration, as for `serve`.
+        #[command(flatten)]
+        serve: Box<ServeArgs>,
+        /// Pass over settings the server lacks (point-in-time recovery on a
+        /// local emulator). Never on a real account.
+        #[arg(long)]
+        allow_unsupported: bool,
+    },
     /// Reset the sale: levels and caps from the server's config, closed, no candidates.
     Reset,
     /// Mark candidates eligible: a file of raw ids or SHA-256 hashes, one per
@@ -71,6 +84,20 @@ pub enum Command {
     },
 }
 
+/// Runs `provision`, printing its report as JSON.
+pub async fn run_provision(serve: &ServeArgs, allow_unsupported: bool) -> anyhow::Result<()> {
+    let config = serve.load()?;
+    let done = crate::build::provision(&config, allow_unsupported)
+        .await
+        .context("provisioning")?;
+    let _ = writeln!(
+        std::io::stdout(),
+        "{}",
+        serde_json::to_string_pretty(&done)?
+    );
+    Ok(())
+}
+
 /// Runs an ops subcommand against `cli.server`, printing the JSON answer.
 /// Returns whether the step succeeded (for `audit`: every invariant held).
 pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
@@ -81,7 +108,7 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
         None => r,
     };
     let request = match &cli.command {
-        Command::Serve(_) => bail!("serve is not an ops step"),
+        Command::Serve(_) | Command::Provision { .. } => bail!("not an ops step"),
         Command::Reset => http.post(format!("{base}/ops/reset")),
         Command::Open => http.post(format!("{base}/ops/open")),
         Command::Close => http.post(format!("{base}/ops/close")),

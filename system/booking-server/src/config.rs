@@ -15,9 +15,16 @@
 //! price = "1500.00"
 //!
 //! [stack]
-//! kind = "embedded"           # or "redis"
+//! kind = "embedded"           # or "redis", or "aws"
 //! redis_url = "redis://127.0.0.1:6379"
 //! redis_pool_size = 300
+//!
+//! [stack.aws]                 # kind = "aws"
+//! prefix = "sellout"          # sellout-bookings, sellout-admissions.fifo, …
+//! postgres_url = "host=127.0.0.1 user=postgres dbname=sellout"
+//! stream_mappings = true      # false when the Lambda functions run the handlers
+//! [stack.aws.sdk]
+//! region = "ap-southeast-1"   # else the SDK's standard configuration
 //!
 //! [gateway]
 //! base_url = "http://127.0.0.1:9090"
@@ -105,8 +112,50 @@ pub enum StackKind {
     #[default]
     Embedded,
     /// The seat ledger and coordination on Redis; records, queue and outputs
-    /// still embedded until the AWS adapters land.
+    /// embedded.
     Redis,
+    /// Production's: the seat ledger and coordination on Redis, the records
+    /// and their stream on DynamoDB, the queue on SQS FIFO, `status.json` on
+    /// S3, the back office on PostgreSQL (`[stack.aws]`).
+    Aws,
+}
+
+/// The AWS side of `kind = "aws"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AwsStackConfig {
+    /// Every resource's name starts with this ([`booking_aws::Resources::named`]).
+    pub prefix: String,
+    /// Region, endpoint overrides, local test credentials; the rest comes
+    /// from the SDK's standard configuration (`AWS_REGION`,
+    /// `AWS_ENDPOINT_URL`, profiles, instance roles).
+    pub sdk: booking_aws::AwsSettings,
+    /// The back office (`postgres://…` or `host=… dbname=…`); none: no sync.
+    pub postgres_url: Option<String>,
+    /// The back office's schema.
+    pub postgres_schema: String,
+    /// Run the expiry and sync handlers on the stream in this instance
+    /// (off when the Lambda functions of `deploy/` do it).
+    pub stream_mappings: bool,
+    /// The local stream mappings' settings (Lambda's event-source mapping's).
+    pub mapping: booking_streams::MappingConfig,
+    /// Let `provision` pass over settings the server lacks (point-in-time
+    /// recovery on a local emulator). Never on a real account.
+    pub allow_unsupported_settings: bool,
+}
+
+impl Default for AwsStackConfig {
+    fn default() -> AwsStackConfig {
+        AwsStackConfig {
+            prefix: booking_aws::resources::PREFIX_DEFAULT.to_owned(),
+            sdk: booking_aws::AwsSettings::default(),
+            postgres_url: None,
+            postgres_schema: booking_postgres::SCHEMA_DEFAULT.to_owned(),
+            stream_mappings: true,
+            mapping: booking_streams::MappingConfig::default(),
+            allow_unsupported_settings: false,
+        }
+    }
 }
 
 /// The backends.
@@ -119,6 +168,8 @@ pub struct StackConfig {
     pub redis_url: String,
     /// Redis connections per instance.
     pub redis_pool_size: usize,
+    /// The AWS resources (`kind = "aws"`).
+    pub aws: AwsStackConfig,
 }
 
 impl Default for StackConfig {
@@ -127,6 +178,7 @@ impl Default for StackConfig {
             kind: StackKind::Embedded,
             redis_url: "redis://127.0.0.1:6379".to_owned(),
             redis_pool_size: booking::settings::REDIS_POOL_SIZE,
+            aws: AwsStackConfig::default(),
         }
     }
 }
@@ -376,6 +428,16 @@ impl ServerConfig {
                 self.key_prefix
             ));
         }
+        if self.stack.kind == StackKind::Aws {
+            booking_aws::Resources::named(&self.stack.aws.prefix).map_err(ConfigError::Invalid)?;
+            booking_postgres::check_schema(&self.stack.aws.postgres_schema)
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            self.stack
+                .aws
+                .mapping
+                .check()
+                .map_err(ConfigError::Invalid)?;
+        }
         if self.webhook.topic_arns.as_ref().is_some_and(Vec::is_empty) {
             return bad("webhook.topic_arns is empty: no webhook could be accepted".into());
         }
@@ -414,6 +476,12 @@ pub struct ServeArgs {
     /// Redis connections per instance.
     #[arg(long)]
     pub redis_pool_size: Option<usize>,
+    /// The AWS resources' name prefix (`--stack aws`).
+    #[arg(long)]
+    pub aws_prefix: Option<String>,
+    /// The back office's PostgreSQL (`--stack aws`).
+    #[arg(long, env = "SELLOUT_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
     /// Payment gateway base URL.
     #[arg(long)]
     pub gateway_url: Option<String>,
@@ -494,6 +562,10 @@ impl ServeArgs {
         set(&mut c.stack.kind, &self.stack);
         set(&mut c.stack.redis_url, &self.redis_url);
         set(&mut c.stack.redis_pool_size, &self.redis_pool_size);
+        set(&mut c.stack.aws.prefix, &self.aws_prefix);
+        if self.postgres_url.is_some() {
+            c.stack.aws.postgres_url = self.postgres_url.clone();
+        }
         set(&mut c.gateway.base_url, &self.gateway_url);
         set(&mut c.gateway.username, &self.gateway_username);
         set(&mut c.gateway.password, &self.gateway_password);
@@ -578,6 +650,35 @@ mod tests {
         assert!(trust.topics.check("arn:x").is_ok());
         assert!(trust.topics.check("arn:y").is_err());
         assert!("gold:x:1".parse::<LevelConfig>().is_err());
+    }
+
+    #[test]
+    fn the_aws_stack_is_configured_in_its_own_table_and_checked() {
+        let c = ServerConfig::from_toml(
+            r#"
+            [stack]
+            kind = "aws"
+            [stack.aws]
+            prefix = "rehearsal-1"
+            postgres_url = "host=127.0.0.1 dbname=test"
+            [stack.aws.sdk]
+            region = "ap-southeast-1"
+            endpoints = { sqs = "http://127.0.0.1:5000" }
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.stack.kind, StackKind::Aws);
+        assert_eq!(c.stack.aws.sdk.region.as_deref(), Some("ap-southeast-1"));
+        assert!(c.stack.aws.stream_mappings);
+        assert_eq!(c.stack.aws.postgres_schema, "back_office");
+        let mut bad = c.clone();
+        bad.stack.aws.prefix = "Not A Bucket".into();
+        assert!(bad.validate().unwrap_err().to_string().contains("bucket"));
+        let mut bad = c.clone();
+        bad.stack.aws.postgres_schema = "x;y".into();
+        assert!(bad.validate().is_err());
+        assert!(ServerConfig::from_toml("[stack.aws]\nmade_up = 1").is_err());
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! - [`config`]: [`ServerConfig`] (TOML) and the `serve` flags over it.
 //! - [`build`]: the config becomes a [`booking_api::Stack`] of ports (embedded
-//!   or Redis ledger and coordination; embedded records, queue and outputs for
-//!   now) plus handles on the embedded parts ([`Server`]).
+//!   or Redis ledger and coordination; embedded or AWS records, queue and
+//!   status document) plus handles on the embedded parts ([`Server`]); and
+//!   [`provision`], which makes the AWS resources and migrates the back office.
 //! - [`run`]: [`serve`]: the API, the `/ops/` routes and the background loops
 //!   (worker, reconciler, expiry handler, TTL sweep, status refresh) on one
 //!   listener, until shutdown.
@@ -18,7 +19,7 @@ pub mod config;
 pub mod ops;
 pub mod run;
 
-pub use build::{BuildError, Embedded, Server, build, build_sharing};
+pub use build::{BuildError, Embedded, Provisioned, Server, build, build_sharing, provision};
 pub use config::{ServeArgs, ServerConfig, StackKind};
 pub use ops::{AuditReport, Invariant};
 pub use run::serve;

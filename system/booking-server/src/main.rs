@@ -23,6 +23,14 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Command::Provision {
+        serve,
+        allow_unsupported,
+    } = &cli.command
+    {
+        booking_server::cli::run_provision(serve, *allow_unsupported).await?;
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     let Command::Serve(args) = &cli.command else {
         let ok = booking_server::cli::run_ops(&cli).await?;
         return Ok(if ok {

@@ -320,6 +320,8 @@ impl AuditReport {
 /// - `status_writes_in_read_order`: no document written since the last reset
 ///   was built from an older read than one written before it (an older
 ///   read landing last can show a level that has filled as open);
+/// - on the AWS stack with a back office: `paid_in_back_office`, every PAID
+///   record (and nothing else) in PostgreSQL as the table has it;
 /// - with `gateway_ledger` (the mock's `/__mock/ledger`):
 ///   `gateway_completed_have_paid_booking`,
 ///   `paid_bookings_completed_at_gateway` and
@@ -569,6 +571,18 @@ pub async fn audit(
         &unordered,
     ));
 
+    if server.config.stack.kind == crate::config::StackKind::Aws
+        && server.config.stack.aws.postgres_url.is_some()
+    {
+        let problems = back_office_problems(server, &paid).await;
+        invariants.push(Invariant::at_most(
+            "paid_in_back_office",
+            problems.len() as u64,
+            0,
+            &problems,
+        ));
+    }
+
     if let Some(ledger) = gateway_ledger {
         let completed = completed_payments(ledger);
         let paid_ids: BTreeSet<&str> = paid.iter().map(|r| r.payment_id.as_str()).collect();
@@ -609,6 +623,74 @@ pub async fn audit(
         passed: invariants.iter().all(|i| i.passed),
         invariants,
     })
+}
+
+/// How long the audit gives the sync handler to catch up with the table
+/// (the copy is eventually consistent: a stream poll behind).
+pub const BACK_OFFICE_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How the back office differs from the PAID records (empty: it holds each,
+/// as the table has it, and nothing else), once the stream has had
+/// [`BACK_OFFICE_SETTLE`] to catch up.
+async fn back_office_problems(server: &Server, paid: &[&BookingRecord]) -> Vec<String> {
+    let office = match crate::build::back_office(&server.config).await {
+        Ok(Some(o)) => o,
+        Ok(None) => return vec!["no back office configured".into()],
+        Err(e) => return vec![format!("back office unreachable: {e}")],
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let problems = match office.paid(&server.stack.sale).await {
+            Err(e) => vec![format!("back office unreadable: {e}")],
+            Ok(rows) => back_office_diff(paid, &rows),
+        };
+        if problems.is_empty() || started.elapsed() >= BACK_OFFICE_SETTLE {
+            return problems;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// The differences between PAID records and back-office rows (pure).
+pub fn back_office_diff(
+    paid: &[&BookingRecord],
+    rows: &[booking_postgres::PaidRow],
+) -> Vec<String> {
+    let by_payment: BTreeMap<&str, &booking_postgres::PaidRow> =
+        rows.iter().map(|r| (r.payment_id.as_str(), r)).collect();
+    let mut problems = Vec::new();
+    for r in paid {
+        let path = r.paid_by.map(|p| match p {
+            booking::ConfirmPath::Callback => "callback",
+            booking::ConfirmPath::Webhook => "webhook",
+            booking::ConfirmPath::Reconciler => "reconciler",
+        });
+        match by_payment.get(r.payment_id.as_str()) {
+            None => problems.push(format!("{}: PAID, not in the back office", r.payment_id)),
+            Some(row)
+                if row.candidate != r.candidate.as_str()
+                    || row.level != r.level.as_str()
+                    || Some(row.paid_by.as_str()) != path
+                    || row.email_sent != r.email_sent =>
+            {
+                problems.push(format!(
+                    "{}: back office differs from the record",
+                    r.payment_id
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let paid_ids: BTreeSet<&str> = paid.iter().map(|r| r.payment_id.as_str()).collect();
+    for row in rows {
+        if !paid_ids.contains(row.payment_id.as_str()) {
+            problems.push(format!(
+                "{}: in the back office, no PAID record",
+                row.payment_id
+            ));
+        }
+    }
+    problems
 }
 
 /// How much later than the hold deadline the gateway may stamp an execute
@@ -691,6 +773,44 @@ mod tests {
         assert_eq!(candidate_of("  alice \n"), Some(h));
         assert_eq!(candidate_of(""), None);
         assert_eq!(candidate_of("# comment"), None);
+    }
+
+    #[test]
+    fn the_back_office_must_hold_every_paid_record_and_nothing_else() {
+        let r = BookingRecord::held(
+            CandidateHash::of("a"),
+            booking::SaleId::parse("s").unwrap(),
+            booking::Level::parse("l").unwrap(),
+            booking::PaymentId::parse("P1").unwrap(),
+            1,
+            2,
+        )
+        .into_paid(booking::ConfirmPath::Webhook, 3);
+        let row = booking_postgres::PaidRow {
+            payment_id: "P1".into(),
+            sale: "s".into(),
+            candidate: r.candidate.to_string(),
+            level: "l".into(),
+            paid_ms: 3,
+            paid_by: "webhook".into(),
+            email_sent: false,
+        };
+        assert!(back_office_diff(&[&r], std::slice::from_ref(&row)).is_empty());
+        assert_eq!(back_office_diff(&[&r], &[]).len(), 1);
+        let stray = booking_postgres::PaidRow {
+            payment_id: "P9".into(),
+            ..row.clone()
+        };
+        assert_eq!(back_office_diff(&[&r], &[row.clone(), stray]).len(), 1);
+        let emailed = BookingRecord {
+            email_sent: true,
+            ..r.clone()
+        };
+        assert_eq!(
+            back_office_diff(&[&emailed], &[row]).len(),
+            1,
+            "the email flag too"
+        );
     }
 
     #[test]

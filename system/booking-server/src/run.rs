@@ -5,9 +5,11 @@
 //! - the worker (queue → records);
 //! - the reconciler (one leader per sale under the lock; this instance's
 //!   owner token is its random instance id);
-//! - the expiry handler (TTL deletions on the change stream → undo);
+//! - the expiry handler (TTL deletions on the change stream → undo); on the
+//!   AWS stack, it and the back-office sync each run under a local
+//!   event-source mapping over the DynamoDB stream (`booking-streams`);
 //! - the TTL service of the embedded record store: [`EmbeddedRecords::sweep_ttl`]
-//!   every sweep interval, late by design as DynamoDB's is;
+//!   every sweep interval, late by design as DynamoDB's is (not on AWS);
 //! - a status refresh: a throttled [`StatusWriter::poke`] every throttle window
 //!   (2 s), so the last change of a burst (which the throttle skipped) and
 //!   releases (which no request pokes) reach the document and clear the full
@@ -37,7 +39,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use booking_postgres::SyncHandler;
+use booking_streams::{BatchHandler, EventSourceMapping};
+
 use crate::build::Server;
+use crate::config::StackKind;
 
 /// Records the TTL service deletes per sweep at most.
 pub const TTL_SWEEP_LIMIT: usize = 1_000;
@@ -141,7 +147,13 @@ fn spawn_loops(
     ));
     let rx = stop.clone();
     let e = expiry.clone();
-    loops.spawn(async move { e.run(rx, EXPIRY_WAIT, EXPIRY_WAIT).await });
+    let aws = server.config.stack.kind == StackKind::Aws;
+    if !aws {
+        loops.spawn(async move { e.run(rx, EXPIRY_WAIT, EXPIRY_WAIT).await });
+    } else if server.config.stack.aws.stream_mappings {
+        let s = server.clone();
+        loops.spawn(async move { stream_mappings(s, e, rx).await });
+    }
 
     let sampler = Sampler {
         server: server.clone(),
@@ -157,12 +169,17 @@ fn spawn_loops(
         async move { sampler.sample().await }
     }));
 
+    // on AWS, DynamoDB's own TTL service deletes (late, as this one does)
     let records = server.embedded.records.clone();
     let every = settings.sweep_interval.max(Duration::from_millis(10));
     let rx = stop.clone();
+    let embedded_ttl = !aws;
     loops.spawn(periodic("ttl sweep", every, rx, move || {
         let records = records.clone();
         async move {
+            if !embedded_ttl {
+                return;
+            }
             let deleted = records.sweep_ttl(TTL_SWEEP_LIMIT);
             if !deleted.is_empty() {
                 tracing::info!(
@@ -186,6 +203,60 @@ fn spawn_loops(
         }
     }));
     loops
+}
+
+/// On the AWS stack, the two stream handlers the way Lambda runs them: an
+/// event-source mapping each (its own stream reader and position), the
+/// expiry handler always, the back-office sync when a back office is
+/// configured, both giving up to the on-failure queue.
+async fn stream_mappings(
+    server: Arc<Server>,
+    expiry: Arc<ExpiryHandler>,
+    stop: watch::Receiver<bool>,
+) {
+    let config = &server.config;
+    let clock = server.stack.clock.clone();
+    let adapters = match crate::build::aws_adapters(config, clock.clone()).await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(error = %e, "stream mappings cannot start");
+            return;
+        }
+    };
+    let mut handlers: Vec<Arc<dyn BatchHandler>> = vec![expiry];
+    match crate::build::back_office(config).await {
+        Ok(Some(office)) => handlers.push(Arc::new(SyncHandler::new(office))),
+        Ok(None) => tracing::warn!("no back office configured: PAID records are not synced"),
+        Err(e) => {
+            tracing::error!(error = %e, "back office unreachable: PAID records are not synced")
+        }
+    }
+    let mut running = JoinSet::new();
+    for handler in handlers {
+        let name = handler.name();
+        let stream = match adapters.stream().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(handler = name, error = %e, "no stream reader");
+                continue;
+            }
+        };
+        match EventSourceMapping::new(
+            Arc::new(stream),
+            handler,
+            adapters.failures.clone(),
+            clock.clone(),
+            config.stack.aws.mapping.clone(),
+            0,
+        ) {
+            Ok(m) => {
+                let rx = stop.clone();
+                running.spawn(async move { m.run(rx).await });
+            }
+            Err(e) => tracing::error!(handler = name, error = %e, "stream mapping refused"),
+        }
+    }
+    while running.join_next().await.is_some() {}
 }
 
 /// Copies the loops' counters and the backends' figures into `/metrics`.

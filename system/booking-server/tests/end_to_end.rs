@@ -4,9 +4,12 @@
 //! paid (PayNow: callback and webhook), some abandoned → the reconciler
 //! releases the abandoned after the deadline → audit passes, and a released
 //! seat is booked and paid again → audit passes again. The rehearsal runs
-//! twice: on the embedded stack, and with the ledger and coordination on a
+//! three times: on the embedded stack; with the ledger and coordination on a
 //! private `redis-server` (a free loopback port, killed at the end) under a
-//! unique key prefix.
+//! unique key prefix; and on the AWS stack (that Redis, DynamoDB and its
+//! stream on dynoxide, SQS and S3 on moto, the back office on this
+//! machine's PostgreSQL in a schema of its own), where the audit also
+//! proves every PAID booking reached the back office.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use booking::{Level, SaleId, Settings};
-use booking_server::config::{LevelConfig, ServerConfig, StackConfig, StackKind};
+use booking_server::config::{AwsStackConfig, LevelConfig, ServerConfig, StackConfig, StackKind};
 use mock_gateway::payer::{Behaviour, Payer};
 use redis_server::RedisServer;
 use serde_json::{Value, json};
@@ -197,7 +200,7 @@ fn counted(status: &Value, level: &str) -> u64 {
         .unwrap()
 }
 
-fn assert_all_passed(report: &Value) {
+fn assert_passed_with(report: &Value, more: &[&str]) {
     let invariants = report["invariants"].as_array().unwrap();
     let failed: Vec<&Value> = invariants.iter().filter(|i| i["passed"] != true).collect();
     assert!(failed.is_empty(), "failed invariants: {failed:#?}");
@@ -215,9 +218,12 @@ fn assert_all_passed(report: &Value) {
         "paid_bookings_completed_at_gateway",
         "no_payment_executed_after_deadline",
         "status_writes_in_read_order",
-    ] {
+    ]
+    .iter()
+    .chain(more)
+    {
         assert!(
-            invariants.iter().any(|i| i["name"] == name),
+            invariants.iter().any(|i| i["name"] == *name),
             "{name} not audited"
         );
     }
@@ -238,7 +244,7 @@ async fn a_rehearsal_holds_every_invariant_and_releases_abandoned_seats() {
         kind: StackKind::Embedded,
         ..StackConfig::default()
     };
-    rehearsal(stack, "e2e").await;
+    rehearsal(stack, "e2e", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -248,14 +254,61 @@ async fn a_rehearsal_on_redis_holds_every_invariant_and_releases_abandoned_seats
         kind: StackKind::Redis,
         redis_url: redis.url(),
         redis_pool_size: 16,
+        ..StackConfig::default()
     };
-    rehearsal(stack, &format!("e2e-{:016x}", rand::random::<u64>())).await;
+    rehearsal(stack, &format!("e2e-{:016x}", rand::random::<u64>()), &[]).await;
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rehearsal_on_aws_holds_every_invariant_and_fills_the_back_office() {
+    let redis = RedisServer::start();
+    let local = booking_aws_local::LocalAws::start().await.unwrap();
+    let id = format!("{:016x}", rand::random::<u64>());
+    let postgres = std::env::var("SELLOUT_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".to_owned());
+    let stack = StackConfig {
+        kind: StackKind::Aws,
+        redis_url: redis.url(),
+        redis_pool_size: 16,
+        aws: AwsStackConfig {
+            prefix: format!("e2e{id}"),
+            sdk: local.settings(),
+            postgres_url: Some(postgres.clone()),
+            postgres_schema: format!("e2e_{id}"),
+            allow_unsupported_settings: true,
+            ..AwsStackConfig::default()
+        },
+    };
+    let config = ServerConfig {
+        stack: stack.clone(),
+        settings: settings(),
+        ..ServerConfig::default()
+    };
+    let done = booking_server::provision(&config, false).await.unwrap();
+    assert!(done.aws.changed());
+    assert_eq!(done.migrations_applied, vec![1, 2]);
+    let again = booking_server::provision(&config, false).await.unwrap();
+    assert!(
+        !again.aws.changed() && again.migrations_applied.is_empty(),
+        "idempotent"
+    );
+    rehearsal(stack, &format!("e2e-{id}"), &["paid_in_back_office"]).await;
+    let office = booking_postgres::BackOffice::connect(&postgres, &format!("e2e_{id}"))
+        .await
+        .unwrap();
+    let rows = office.paid(&SaleId::parse("e2e").unwrap()).await.unwrap();
+    assert!(
+        rows.len() >= 3,
+        "the paid bookings are in PostgreSQL: {rows:?}"
+    );
+    office.drop_schema().await.unwrap();
     drop(redis);
 }
 
 /// Reset → load → open → book → pay some, abandon some → released → audit →
 /// rebook → audit → close → audit, on `stack`.
-async fn rehearsal(stack: StackConfig, key_prefix: &str) {
+async fn rehearsal(stack: StackConfig, key_prefix: &str, more_invariants: &[&str]) {
     let h = Harness::start(stack, key_prefix).await;
     let payer = Payer::new(Duration::from_secs(10)).unwrap();
 
@@ -318,7 +371,7 @@ async fn rehearsal(stack: StackConfig, key_prefix: &str) {
         })
         .await;
     assert_eq!(settled["dead_letters"], 0);
-    assert_all_passed(&h.audit().await);
+    assert_passed_with(&h.audit().await, more_invariants);
 
     // the released gold seat is booked again, and paid
     let (code, rebooked) = h.book("cand-03", "gold").await;
@@ -347,13 +400,13 @@ async fn rehearsal(stack: StackConfig, key_prefix: &str) {
         .unwrap()
         .clone();
     assert_eq!(gold["state"], "full", "{gold}");
-    assert_all_passed(&h.audit().await);
+    assert_passed_with(&h.audit().await, more_invariants);
 
     // close, and the CLI's audit surface still answers
     let (code, closed) = h.post("/ops/close", None).await;
     assert_eq!(code, 200, "{closed}");
     assert_eq!(closed["counters"]["open"], false);
-    assert_all_passed(&h.audit().await);
+    assert_passed_with(&h.audit().await, more_invariants);
 
     // the background services' figures reach /metrics (sampled every second):
     // four bookings paid (by whichever path won), two holds given back
