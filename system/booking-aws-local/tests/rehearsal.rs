@@ -1,8 +1,10 @@
 //! A short rehearsal on the AWS stack against the local servers: the CI
-//! profile (2,000 candidates, 600 seats, late arrivals, holds expiring and
-//! reselling) at the rate the local servers carry (moto takes about 50 SQS
-//! sends a second: a 32 s rush at 20 bookings/s, with the rate, latency and
-//! queue-age bounds loosened to match; every audit invariant stays at zero)
+//! profile (2,000 candidates, late arrivals, holds expiring and reselling)
+//! shrunk to what the local servers carry on a busy 2-core machine (moto,
+//! in Python, takes about 50 SQS sends a second when the machine is quiet,
+//! far fewer when it is not): 180 seats, a 24 s rush at 10 bookings/s so the
+//! levels still sell out and resell, with the rate, latency and queue-age
+//! bounds loosened to match; every audit invariant stays at zero
 //! on two in-process instances with
 //! the ledger on a private Redis, DynamoDB and its stream on dynoxide, SQS
 //! and S3 on moto and the back office on this machine's PostgreSQL. Every
@@ -22,13 +24,16 @@ async fn the_ci_profile_rehearses_green_on_aws_and_fills_the_back_office() {
         Some("ci"),
         &[
             format!("out={:?}", out.display().to_string()),
-            "load.rate=20.0".into(),
-            "load.rush_secs=32.0".into(),
-            "load.late_rate=5.0".into(),
-            "settle.max_ms=90000".into(),
-            "thresholds.rush_rate_min=17.0".into(),
+            "levels.0.cap=40".into(),
+            "levels.1.cap=60".into(),
+            "levels.2.cap=80".into(),
+            "load.rate=10.0".into(),
+            "load.rush_secs=24.0".into(),
+            "load.late_rate=3.0".into(),
+            "settle.max_ms=120000".into(),
+            "thresholds.rush_rate_min=8.5".into(),
             "thresholds.booking_p99_ms_max=5000.0".into(),
-            "thresholds.queue_age_ms_max=15000.0".into(),
+            "thresholds.queue_age_ms_max=30000.0".into(),
         ],
     )
     .unwrap();
@@ -52,9 +57,9 @@ async fn the_ci_profile_rehearses_green_on_aws_and_fills_the_back_office() {
     assert!(synced.passed);
 
     // the audit compared every PAID record with its PostgreSQL row (in the
-    // run's own schema) and found none missing; there were hundreds
+    // run's own schema) and found none missing; there were dozens
     assert_eq!(synced.figure, 0.0, "{}", synced.detail);
     let paid: u64 = report.sale.paid_by_path.values().sum();
-    assert!(paid >= 100, "paid: {paid}");
+    assert!(paid >= 60, "paid: {paid}");
     let _ = std::fs::remove_dir_all(&out);
 }
