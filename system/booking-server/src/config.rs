@@ -673,8 +673,11 @@ mod tests {
         assert!(c.stack.aws.stream_mappings);
         assert_eq!(c.stack.aws.postgres_schema, "back_office");
         let mut bad = c.clone();
-        bad.stack.aws.prefix = "Not A Bucket".into();
+        // a fine table and queue name, but S3 wants lower case
+        bad.stack.aws.prefix = "NotABucket".into();
         assert!(bad.validate().unwrap_err().to_string().contains("bucket"));
+        bad.stack.aws.prefix = "not a table".into();
+        assert!(bad.validate().unwrap_err().to_string().contains("table"));
         let mut bad = c.clone();
         bad.stack.aws.postgres_schema = "x;y".into();
         assert!(bad.validate().is_err());
