@@ -122,6 +122,11 @@ async fn ledger(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
         "webhooks": app.webhooks.log(),
         "subscriptions": app.webhooks.subscriptions(),
         "faults": app.gateway.faults(),
+        "grants_in_window": app
+            .gateway
+            .grants_in_window()
+            .into_iter()
+            .collect::<HashMap<_, _>>(),
     }))
 }
 

@@ -83,6 +83,9 @@ pub struct TokenConfig {
     pub poll_interval: Duration,
     /// How long the refresh token is kept.
     pub refresh_token_ttl: Duration,
+    /// The bug zoo's `token_grant_per_instance`: the instance keeps its token
+    /// under keys of its own, so every instance grants (off in production).
+    pub per_instance: bool,
 }
 
 impl Default for TokenConfig {
@@ -94,6 +97,7 @@ impl Default for TokenConfig {
             refresh_early: TOKEN_REFRESH_EARLY,
             poll_interval: POLL_INTERVAL,
             refresh_token_ttl: REFRESH_TOKEN_TTL,
+            per_instance: false,
         }
     }
 }
@@ -106,6 +110,7 @@ impl TokenConfig {
             grant_deadline: settings.token_grant_deadline,
             grant_backoff: settings.token_grant_backoff,
             refresh_early: settings.token_refresh_early,
+            per_instance: settings.bugs.on(booking::Bug::TokenGrantPerInstance),
             ..TokenConfig::default()
         }
     }
@@ -208,17 +213,30 @@ impl TokenManager {
         config: TokenConfig,
         prefix: &str,
     ) -> TokenManager {
-        let token_key = keys::gateway_token(prefix);
+        let instance = format!("{:016x}", rand::random::<u64>());
+        // the zoo's bug: keys of its own, so nothing is shared
+        let own = |key: String| {
+            if config.per_instance {
+                format!("{key}:{instance}")
+            } else {
+                key
+            }
+        };
+        let (token_key, refresh_key, lock_key) = (
+            own(keys::gateway_token(prefix)),
+            own(refresh_token_key(prefix)),
+            own(keys::gateway_token_lock(prefix)),
+        );
         TokenManager {
             inner: Arc::new(Inner {
                 issuer,
                 coordination,
                 clock,
                 config,
-                refresh_key: refresh_token_key(prefix),
-                lock_key: keys::gateway_token_lock(prefix),
+                refresh_key,
+                lock_key,
                 token_key,
-                instance: format!("{:016x}", rand::random::<u64>()),
+                instance,
                 attempts: AtomicU64::new(0),
                 local: Mutex::new(None),
                 done: Notify::new(),
@@ -597,6 +615,31 @@ mod tests {
             fleet.store.get("t:{gateway}:token-lock").await.unwrap(),
             None
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_zoo_switch_makes_every_instance_grant_its_own() {
+        let fleet = Fleet::new(Fake::default());
+        let settings = Settings {
+            bugs: booking::Bugs::of([booking::Bug::TokenGrantPerInstance]),
+            ..Settings::default()
+        };
+        let config = TokenConfig::from_settings(&settings);
+        assert!(config.per_instance);
+        assert!(!TokenConfig::from_settings(&Settings::default()).per_instance);
+        for _ in 0..3 {
+            let m = TokenManager::new(
+                fleet.issuer.clone(),
+                fleet.store.clone(),
+                Arc::new(fleet.clock.clone()),
+                config.clone(),
+                "t",
+            );
+            m.token(Duration::from_secs(8)).await.unwrap();
+            m.token(Duration::from_secs(8)).await.unwrap();
+        }
+        // one grant per instance, none shared
+        assert_eq!(fleet.grants(), 3);
     }
 
     #[tokio::test(start_paused = true)]

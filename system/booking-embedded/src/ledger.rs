@@ -12,19 +12,34 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use booking::ledger::{Admission, Counters, Hold, Ledger, LedgerError, Model, Step};
-use booking::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
+use booking::{Bug, Bugs, CandidateHash, Level, PaymentId, RequestToken, SaleId};
 use parking_lot::Mutex;
 
 /// The seat ledger in process memory: one [`Model`] per sale.
 #[derive(Debug, Default)]
 pub struct EmbeddedLedger {
     sales: Mutex<HashMap<SaleId, Model>>,
+    /// The bug zoo's `unguarded_undo`: the level each undone token's seat
+    /// came from, so an undo that runs again gives the seat back again.
+    unguarded: Option<Mutex<HashMap<(SaleId, RequestToken), Level>>>,
 }
 
 impl EmbeddedLedger {
     /// An empty ledger: no sales.
     pub fn new() -> EmbeddedLedger {
         EmbeddedLedger::default()
+    }
+
+    /// An empty ledger with the zoo's switches that concern it
+    /// (`unguarded_undo`: an undo by a token that already ran decrements the
+    /// level again, as the article's unguarded undo did).
+    pub fn with_bugs(bugs: &Bugs) -> EmbeddedLedger {
+        EmbeddedLedger {
+            unguarded: bugs
+                .on(Bug::UnguardedUndo)
+                .then(|| Mutex::new(HashMap::new())),
+            ..EmbeddedLedger::default()
+        }
     }
 
     /// Runs `f` on the sale's model under the lock, creating the sale if it is
@@ -105,7 +120,34 @@ impl Ledger for EmbeddedLedger {
         candidate: &CandidateHash,
         token: &RequestToken,
     ) -> Result<Step, LedgerError> {
-        Ok(self.step(sale, |m| m.undo_admission(candidate, token)))
+        let Some(undone) = &self.unguarded else {
+            return Ok(self.step(sale, |m| m.undo_admission(candidate, token)));
+        };
+        // the zoo's bug: remember the seat's level, and give it back again
+        // on a repeat, guard or no guard
+        Ok(self.step(sale, |m| {
+            let level = m
+                .holds
+                .get(candidate)
+                .filter(|h| h.token == *token)
+                .map(|h| h.level.clone());
+            let step = m.undo_admission(candidate, token);
+            let key = (sale.clone(), token.clone());
+            match (step, level) {
+                (Step::Done, Some(level)) => {
+                    undone.lock().insert(key, level);
+                }
+                (Step::NoMatch, _) => {
+                    if let Some(level) = undone.lock().get(&key) {
+                        if let Some((_, count)) = m.levels.get_mut(level) {
+                            *count = count.saturating_sub(1);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            step
+        }))
     }
 
     async fn release(
@@ -213,6 +255,38 @@ mod tests {
 
     async fn count(l: &EmbeddedLedger) -> u32 {
         l.counters(&sale_id()).await.unwrap().levels[0].count
+    }
+
+    #[tokio::test]
+    async fn an_undo_that_runs_twice_decrements_twice_only_with_the_zoo_switch() {
+        for (bugged, after_repeat) in [(false, 1), (true, 0)] {
+            let (plain, cs) = sale(5, &["x", "y"]).await;
+            let l = if bugged {
+                let l = EmbeddedLedger::with_bugs(&Bugs::of([Bug::UnguardedUndo]));
+                l.reset(&sale_id(), &[(level("a"), 5)]).await.unwrap();
+                l.load_candidates(&sale_id(), &cs).await.unwrap();
+                l.set_open(&sale_id(), true).await.unwrap();
+                l
+            } else {
+                plain
+            };
+            for (c, t) in [(&cs[0], "t1"), (&cs[1], "t2")] {
+                assert!(matches!(
+                    l.admit(&sale_id(), c, &level("a"), &token(t), 1)
+                        .await
+                        .unwrap(),
+                    Admission::Admitted { .. }
+                ));
+            }
+            assert_eq!(count(&l).await, 2);
+            let (s, t1) = (sale_id(), token("t1"));
+            let undo = || l.undo_admission(&s, &cs[0], &t1);
+            assert_eq!(undo().await.unwrap(), Step::Done);
+            assert_eq!(count(&l).await, 1);
+            // the repeat is refused either way; only the bug still decrements
+            assert_eq!(undo().await.unwrap(), Step::NoMatch);
+            assert_eq!(count(&l).await, after_repeat, "bugged: {bugged}");
+        }
     }
 
     #[tokio::test]

@@ -252,7 +252,7 @@ async fn build_with(
         StackKind::Embedded => match first {
             Some(f) => (f.stack.ledger.clone(), f.stack.coordination.clone()),
             None => (
-                Arc::new(EmbeddedLedger::new()),
+                Arc::new(EmbeddedLedger::with_bugs(&settings.bugs)),
                 Arc::new(EmbeddedCoordination::new(clock.clone())),
             ),
         },

@@ -608,6 +608,17 @@ pub async fn audit(
             0,
             &unpaid,
         ));
+        let regrants: Vec<String> = token_grants(ledger)
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(app_key, n)| format!("app key {app_key}: {n} grants in the window"))
+            .collect();
+        invariants.push(Invariant::at_most(
+            "one_token_grant",
+            regrants.len() as u64,
+            0,
+            &regrants,
+        ));
         let hold_ms = stack.settings.hold.as_millis() as u64;
         let late = executed_after_deadline(ledger, &records, hold_ms);
         invariants.push(Invariant::at_most(
@@ -745,6 +756,21 @@ pub fn executed_after_deadline(
 
 /// The IDs of the payments the gateway's ledger says completed
 /// (`payments[].state == "Completed"`).
+/// Token grants per app key in the gateway's rolling window, from its
+/// ledger: the fleet shares one token, so a sale needs one grant (refreshes
+/// spend none).
+pub fn token_grants(ledger: &serde_json::Value) -> Vec<(String, u64)> {
+    ledger
+        .get("grants_in_window")
+        .and_then(|g| g.as_object())
+        .map(|g| {
+            g.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn completed_payments(ledger: &serde_json::Value) -> BTreeSet<String> {
     ledger
         .get("payments")
@@ -811,6 +837,16 @@ mod tests {
             1,
             "the email flag too"
         );
+    }
+
+    #[test]
+    fn token_grants_are_read_from_the_mock_ledger() {
+        let v = serde_json::json!({"grants_in_window": {"app": 2, "other": 1}});
+        assert_eq!(
+            token_grants(&v),
+            vec![("app".to_owned(), 2), ("other".to_owned(), 1)]
+        );
+        assert!(token_grants(&serde_json::json!({})).is_empty());
     }
 
     #[test]

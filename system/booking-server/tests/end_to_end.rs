@@ -217,6 +217,7 @@ fn assert_passed_with(report: &Value, more: &[&str]) {
         "gateway_completed_have_paid_booking",
         "paid_bookings_completed_at_gateway",
         "no_payment_executed_after_deadline",
+        "one_token_grant",
         "status_writes_in_read_order",
     ]
     .iter()

@@ -120,6 +120,11 @@ pub enum LedgerError {
     Corrupt(String),
 }
 
+/// Tries of an undo whose call failed: its answer may have been lost after it
+/// took effect, and the token guard makes a repeat harmless (the zoo's
+/// `unguarded_undo` is what happens without the guard).
+pub const UNDO_ATTEMPTS: u32 = 2;
+
 /// The seat ledger. Every method is one atomic step.
 #[async_trait]
 pub trait Ledger: Send + Sync + std::fmt::Debug {
