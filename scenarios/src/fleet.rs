@@ -143,7 +143,7 @@ impl Snapshot {
 
 /// A `redis-server` of the rehearsal's own, killed on drop.
 #[derive(Debug)]
-struct RedisProcess {
+pub struct RedisProcess {
     child: Child,
 }
 
@@ -186,7 +186,7 @@ fn redis_pings(hostport: &str) -> bool {
 
 /// The Redis URL to use: `url` if a server answers there, else a private
 /// `redis-server` on a free loopback port (returned, to be kept alive).
-fn ensure_redis(url: &str) -> Result<(String, Option<RedisProcess>), FleetError> {
+pub fn ensure_redis(url: &str) -> Result<(String, Option<RedisProcess>), FleetError> {
     let hostport =
         redis_host_port(url).ok_or_else(|| FleetError::Redis(format!("not a redis URL: {url}")))?;
     if redis_pings(&hostport) {
@@ -370,10 +370,13 @@ impl Fleet {
             },
             settings: booking::Settings {
                 hold: Duration::from_millis(profile.hold_ms),
+                bugs: booking::Bugs::of(profile.bugs.iter().copied()),
                 ..booking::Settings::default()
             },
             time_scale: profile.time_scale,
             key_prefix: run_key_prefix(profile.seed),
+            // an in-process fleet is a rehearsal: the zoo's switches are allowed
+            environment: booking_server::config::Environment::Rehearsal,
             ..ServerConfig::default()
         };
         config.gateway.base_url = mock.url.clone();
@@ -547,7 +550,16 @@ impl Fleet {
         if let Some(mock) = &self.mock {
             let payments = serde_json::to_value(mock.app.gateway.payments())
                 .map_err(|e| FleetError::Read(e.to_string()))?;
-            return Ok(Some(json!({ "payments": payments })));
+            let grants: serde_json::Map<String, Value> = mock
+                .app
+                .gateway
+                .grants_in_window()
+                .into_iter()
+                .map(|(key, n)| (key, json!(n)))
+                .collect();
+            return Ok(Some(
+                json!({ "payments": payments, "grants_in_window": grants }),
+            ));
         }
         match self.remote.as_ref().and_then(|r| r.gateway.as_deref()) {
             Some(base) => booking_server::admin::fetch_gateway_ledger(base)

@@ -201,6 +201,10 @@ pub struct Profile {
     pub thresholds: Thresholds,
     /// Quiescence.
     pub settle: Settle,
+    /// The bug zoo's switches for the in-process fleet (`booking::bugs`):
+    /// none unless the run means to prove the harness catches them; the
+    /// instances then run as a rehearsal, never as production.
+    pub bugs: Vec<booking::Bug>,
 }
 
 fn level(name: &str, cap: u32, price: &str) -> LevelConfig {
@@ -245,6 +249,7 @@ impl Default for Profile {
             load: LoadProfile::default(),
             thresholds: Thresholds::default(),
             settle: Settle::default(),
+            bugs: Vec::new(),
         }
     }
 }
@@ -313,6 +318,7 @@ impl Profile {
     pub fn settings(&self) -> Settings {
         Settings {
             hold: std::time::Duration::from_millis(self.hold_ms),
+            bugs: booking::Bugs::of(self.bugs.iter().copied()),
             ..Settings::default()
         }
         .scaled(self.time_scale)

@@ -85,6 +85,8 @@ pub struct Measured {
     pub leftovers: Leftovers,
     /// How long the settle phase waited, ms.
     pub settle_waited_ms: u64,
+    /// Redirects of approved payers answered `not_paid`.
+    pub approved_told_not_paid: u64,
 }
 
 /// Whether progress lines are printed.
@@ -406,6 +408,7 @@ pub async fn run_on(
         first_asks,
         leftovers,
         settle_waited_ms,
+        approved_told_not_paid: result.payments.approved_told_not_paid,
     };
     let (invariants, gateway_ledger) = verdicts_with_ledger(fleet, profile, &measured).await?;
     clock.push("audit", audit_start, ms_since(t0));
@@ -547,6 +550,9 @@ async fn verdicts_with_ledger(
         out.push(thresholds::at_cap_when_demand_exceeded(&peaks));
     }
     out.push(thresholds::never_above_cap(&peaks));
+    out.push(thresholds::approved_payers_told_paid(
+        measured.approved_told_not_paid,
+    ));
     out.push(thresholds::sale_settled(
         measured.leftovers,
         measured.settle_waited_ms,

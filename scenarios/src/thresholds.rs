@@ -14,6 +14,7 @@
 //! | `at_cap_when_demand_exceeded` | seats short of the cap at the level's peak, summed over levels that turned a candidate away | at most 0 |
 //! | `never_above_cap_during_run` | seats over the cap at the level's peak, summed | at most 0 |
 //! | `sale_settled` | HELD records and queued messages left when the settle bound ran out | at most 0 |
+//! | `approved_payers_told_paid` | redirects of payers who approved at the checkout answered `not_paid` | at most 0 |
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,6 +44,8 @@ pub const AT_CAP: &str = "at_cap_when_demand_exceeded";
 pub const NEVER_ABOVE_CAP: &str = "never_above_cap_during_run";
 /// The name of the quiescence invariant.
 pub const SETTLED: &str = "sale_settled";
+/// The name of the client-side check on approved payers' redirects.
+pub const APPROVED_TOLD_PAID: &str = "approved_payers_told_paid";
 /// The booking transaction's name in the load figures.
 pub const BOOKING_TRANSACTION: &str = "booking";
 
@@ -247,6 +250,21 @@ pub fn at_cap_when_demand_exceeded(levels: &[LevelPeak]) -> InvariantResult {
             .join("; ");
     }
     r
+}
+
+/// `approved_payers_told_paid`: no payer who approved at the checkout was
+/// answered `not_paid` on the redirect (whatever `status` the redirect
+/// claimed: the system asks the gateway, never the browser). A late payer is
+/// told `expired`, a concurrent tab `processing`; `not_paid` after an
+/// approval means the seat was given up on the redirect's word.
+pub fn approved_payers_told_paid(told_not_paid: u64) -> InvariantResult {
+    at_most(
+        APPROVED_TOLD_PAID,
+        told_not_paid as f64,
+        0.0,
+        "count",
+        format!("{told_not_paid} approved payers' redirects answered not_paid"),
+    )
 }
 
 /// `never_above_cap_during_run`: no level ever counted more than its cap.

@@ -11,7 +11,7 @@ use reports::Report;
 use scenarios::{Profile, Progress, rehearse};
 
 /// Verdicts a rehearsal on an in-process fleet gives (the audit may add more).
-const NAMES: [&str; 19] = [
+const NAMES: [&str; 21] = [
     "admissions_within_cap",
     "queue_drained",
     "ledger_matches_records",
@@ -30,7 +30,9 @@ const NAMES: [&str; 19] = [
     "at_cap_when_demand_exceeded",
     "never_above_cap_during_run",
     "no_payment_executed_after_deadline",
+    "one_token_grant",
     "sale_settled",
+    "approved_payers_told_paid",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -526,6 +526,9 @@ impl Engine {
             failed,
         );
         let mut delivered = Vec::new();
+        // a payer who approved at once, well within the hold (a late payer
+        // may come back after it, and is rightly told so)
+        let approved = plan.actions.contains(&"pay") && !plan.late;
         for url in redirects {
             let target = match plan.forge_status {
                 Some(status) => mock_gateway::payer::with_status(&url, status),
@@ -546,6 +549,9 @@ impl Engine {
                     self.live
                         .paid_redirects_delivered
                         .fetch_add(1, Ordering::Relaxed);
+                }
+                if approved && answer.status == Some(402) {
+                    self.payments.lock().approved_told_not_paid += 1;
                 }
                 delivered.push(outcome::callback_answer(answer.status));
             }

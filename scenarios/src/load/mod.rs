@@ -155,11 +155,13 @@ pub enum PayerKind {
     SecondTab,
     /// Pays, but delivers the redirect with `status=cancel`.
     ForgeCancel,
+    /// Cancels, but delivers the redirect with `status=success`.
+    ForgeSuccess,
 }
 
 impl PayerKind {
     /// Every kind, in [`PayerMix`] field order.
-    pub const ALL: [PayerKind; 8] = [
+    pub const ALL: [PayerKind; 9] = [
         PayerKind::PayNow,
         PayerKind::PayLate,
         PayerKind::Abandon,
@@ -168,6 +170,7 @@ impl PayerKind {
         PayerKind::PressBack,
         PayerKind::SecondTab,
         PayerKind::ForgeCancel,
+        PayerKind::ForgeSuccess,
     ];
 
     /// The snake_case name (as in profiles and reports).
@@ -181,6 +184,7 @@ impl PayerKind {
             PayerKind::PressBack => "press_back",
             PayerKind::SecondTab => "second_tab",
             PayerKind::ForgeCancel => "forge_cancel",
+            PayerKind::ForgeSuccess => "forge_success",
         }
     }
 }
@@ -215,6 +219,9 @@ pub struct PayerMix {
     /// Pay, then forge `status=cancel`.
     #[serde(default)]
     pub forge_cancel: f64,
+    /// Cancel, then forge `status=success`.
+    #[serde(default)]
+    pub forge_success: f64,
 }
 
 impl Default for PayerMix {
@@ -229,6 +236,7 @@ impl Default for PayerMix {
             press_back: 0.03,
             second_tab: 0.03,
             forge_cancel: 0.02,
+            forge_success: 0.0,
         }
     }
 }
@@ -238,7 +246,7 @@ pub const MIX_SUM_TOLERANCE: f64 = 1e-6;
 
 impl PayerMix {
     /// The fractions in [`PayerKind::ALL`] order.
-    pub fn fractions(&self) -> [f64; 8] {
+    pub fn fractions(&self) -> [f64; PayerKind::ALL.len()] {
         [
             self.pay_now,
             self.pay_late,
@@ -248,6 +256,7 @@ impl PayerMix {
             self.press_back,
             self.second_tab,
             self.forge_cancel,
+            self.forge_success,
         ]
     }
 
@@ -484,6 +493,10 @@ pub struct PaymentTally {
     /// The merchant's answers to delivered redirects, by
     /// [`outcome::callback_answer`] (`paid`, `not_paid`, `processing`, …).
     pub callback_answers: BTreeMap<String, u64>,
+    /// Redirects of payers who approved at the checkout, answered `not_paid`
+    /// (`402`): an approved payer whose hold was live is never told so.
+    #[serde(default)]
+    pub approved_told_not_paid: u64,
     /// Transport errors talking to the gateway or the callback.
     pub transport_errors: u64,
 }

@@ -171,6 +171,11 @@ pub fn plan(kind: PayerKind) -> PayerPlan {
             forge_status: Some("cancel"),
             ..pay
         },
+        PayerKind::ForgeSuccess => PayerPlan {
+            actions: &["cancel"],
+            forge_status: Some("success"),
+            ..pay
+        },
     }
 }
 
@@ -312,10 +317,18 @@ mod tests {
         let tabs = plan(PayerKind::SecondTab);
         assert_eq!((tabs.opens, tabs.actions), (2, &["pay", "pay"][..]));
         assert_eq!(plan(PayerKind::ForgeCancel).forge_status, Some("cancel"));
+        let forged = plan(PayerKind::ForgeSuccess);
+        assert_eq!(
+            (forged.actions, forged.forge_status),
+            (&["cancel"][..], Some("success"))
+        );
         for kind in PayerKind::ALL {
             let p = plan(kind);
             assert_eq!(p.late, kind == PayerKind::PayLate, "{kind:?}");
-            assert_eq!(p.forge_status.is_some(), kind == PayerKind::ForgeCancel);
+            assert_eq!(
+                p.forge_status.is_some(),
+                matches!(kind, PayerKind::ForgeCancel | PayerKind::ForgeSuccess)
+            );
         }
     }
 

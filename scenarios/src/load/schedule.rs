@@ -82,7 +82,7 @@ pub fn schedule(
 /// still interleaved without a visible period.
 #[derive(Debug, Clone)]
 struct PayerSequence {
-    cumulative: [f64; 8],
+    cumulative: [f64; PayerKind::ALL.len()],
     u: f64,
 }
 
@@ -90,8 +90,8 @@ struct PayerSequence {
 const GOLDEN: f64 = 0.618_033_988_749_894_9;
 
 impl PayerSequence {
-    fn new(fractions: [f64; 8]) -> PayerSequence {
-        let mut cumulative = [0.0; 8];
+    fn new(fractions: [f64; PayerKind::ALL.len()]) -> PayerSequence {
+        let mut cumulative = [0.0; PayerKind::ALL.len()];
         let mut sum = 0.0;
         for (c, f) in cumulative.iter_mut().zip(fractions) {
             sum += f;
@@ -273,6 +273,7 @@ mod tests {
                 press_back: 0.05,
                 second_tab: 0.05,
                 forge_cancel: 0.05,
+                forge_success: 0.0,
             },
             ..small()
         };
@@ -305,6 +306,7 @@ mod tests {
                 press_back: 0.0,
                 second_tab: 0.0,
                 forge_cancel: 0.0,
+                forge_success: 0.0,
             },
             ..p
         };
