@@ -461,13 +461,16 @@ pub fn unique_ids(history: &[Op], state: &FinalState) -> CheckResult {
         ops.sort_by_key(|o| (o.invoked_ms, o.id));
         for pair in ops.windows(2) {
             let (first, second) = (pair[0], pair[1]);
-            // a release between them: it may have taken effect after the first
-            // was invoked and before the second completed
+            // a release between them: it may have taken effect after one of
+            // them and before the other, in either order (a slow call
+            // invoked first may take effect last)
+            let between = |a: &Op, b: &Op, r: &Op| {
+                r.completed_ms.unwrap_or(u64::MAX) >= a.invoked_ms
+                    && r.invoked_ms <= b.completed_ms.unwrap_or(u64::MAX)
+            };
             let released = releases.get(candidate).is_some_and(|rs| {
-                rs.iter().any(|r| {
-                    r.completed_ms.unwrap_or(u64::MAX) >= first.invoked_ms
-                        && r.invoked_ms <= second.completed_ms.unwrap_or(u64::MAX)
-                })
+                rs.iter()
+                    .any(|r| between(first, second, r) || between(second, first, r))
             });
             if !released {
                 violations.push(format!(
@@ -937,6 +940,27 @@ mod tests {
             .release(1, 50, failed())
             .admit(1, 100, admitted())
             .release(1, 200, ok(OpValue::Released));
+        assert!(!unique_ids(&b.ops, &s).passed);
+        // found by `chaos matrix` (ledger-trouble, seed 1): a slow admission
+        // invoked first took effect last, after the fast one's undo
+        let mut b = Builder::default();
+        let admit = |who: u32| OpKind::Admit {
+            candidate: c(who),
+            level: gold(),
+        };
+        b.op(admit(1), (186, Some(208)), admitted())
+            .op(admit(1), (188, Some(188)), admitted())
+            .release(1, 193, Outcome::Unknown);
+        assert!(
+            unique_ids(&b.ops, &s).passed,
+            "{}",
+            unique_ids(&b.ops, &s).detail
+        );
+        // the same two admissions with the release before both: a double booking
+        let mut b = Builder::default();
+        b.release(1, 100, Outcome::Unknown)
+            .op(admit(1), (186, Some(208)), admitted())
+            .op(admit(1), (188, Some(188)), admitted());
         assert!(!unique_ids(&b.ops, &s).passed);
         // an unknown second admission is no double booking
         let mut b = Builder::default();

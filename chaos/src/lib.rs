@@ -16,15 +16,25 @@
 //!   checkers ([`counter_bounds`], [`unique_ids`], [`total_queue`],
 //!   [`no_paid_released`]).
 //!
-//! Nothing here knows the scenarios crate: a run builds an [`Injector`] from a
+//! - [`netem`]: a TCP proxy that delays every chunk (a network hop to a
+//!   real server), for the Redis pool's load test.
+//! - [`matrix`]: every built-in schedule × seeds (`chaos matrix`).
+//! - [`zoo`]: the bug zoo's cases and table (`chaos zoo`); [`rehearsal`]
+//!   runs its rows that need the HTTP fleet (the scenarios crate).
+//!
+//! A run builds an [`Injector`] from a
 //! [`Schedule`] and a seed, wraps its backends, records a [`History`], and
 //! checks it against the backends' [`FinalState`] afterwards.
 
 pub mod history;
 pub mod injector;
+pub mod matrix;
+pub mod netem;
+pub mod rehearsal;
 pub mod schedule;
 pub mod sim;
 pub mod wrappers;
+pub mod zoo;
 
 pub use history::{
     CheckResult, EmailSent, FinalState, History, LevelFinal, Op, OpHandle, OpKind, OpValue,

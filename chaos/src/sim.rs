@@ -44,10 +44,11 @@ use booking::ledger::{Admission, Ledger, Step};
 use booking::notify::{Alert, Alerts, Mailer};
 use booking::queue::Queue;
 use booking::records::{ChangeStream, ConfirmPath, RecordStatus, RecordStore};
+use booking::status::{StatusDocument, StatusWriter};
 use booking::{Bugs, CandidateHash, Clock, Coordination, Level, PaymentId, RequestToken, SaleId};
 use booking_embedded::coordination::EmbeddedCoordination;
 use booking_embedded::ledger::EmbeddedLedger;
-use booking_embedded::outputs::{AlertLog, OutboxMailer};
+use booking_embedded::outputs::{AlertLog, ObjectSink, OutboxMailer};
 use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
 use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
 use booking_service::confirm::{ConfirmPorts, MarkPaidOutcome, PaidRequest, mark_paid};
@@ -71,9 +72,9 @@ use crate::wrappers::{
     FaultyAlerts, FaultyCoordination, FaultyGateway, FaultyLedger, FaultyMailer, FaultyQueue,
     FaultyRecords, SkewedClock,
 };
-use checks::{LevelEnd, Snapshot, invariants};
+use checks::{LevelEnd, Snapshot, invariants, status_checks};
 use plan::{Behaviour, LoadShape, PayerMix, coin, plan_arrivals, rng_for};
-use ports::{RecordingLedger, RecordingMailer, SimGateway, process_of};
+use ports::{RecordingLedger, RecordingMailer, SimGateway, TrackingQueue, process_of};
 
 /// The epoch the virtual clock starts at (ms).
 pub const EPOCH_MS: u64 = 1_800_000_000_000;
@@ -113,6 +114,9 @@ pub struct SimConfig {
     pub workers: usize,
     /// Reconciler instances (one leads; the others wait for the lock).
     pub reconcilers: usize,
+    /// API instances, each with its own status writer (`sim-api-{i}`, the
+    /// name faults' `instances` use) poked after every admission and undo.
+    pub api_instances: usize,
     /// How often the TTL service deletes what expired a sweep window ago.
     pub ttl_every: Duration,
     /// A sale not quiescent after this much virtual time fails.
@@ -152,6 +156,7 @@ impl SimConfig {
             settings: Settings::default(),
             workers: 2,
             reconcilers: 2,
+            api_instances: 2,
             ttl_every: Duration::from_secs(10),
             virtual_limit: Duration::from_secs(8 * 60 * 60),
         }
@@ -191,6 +196,10 @@ pub struct SimReport {
     pub dead_letters: u64,
     /// Injected faults that fired.
     pub faults_fired: u64,
+    /// Each fault of the schedule: calls it saw, firings, resets that
+    /// reached the backend, delay added.
+    #[serde(default)]
+    pub faults: Vec<crate::injector::FaultCount>,
     /// Every check: the invariants, then the history's checkers.
     pub checks: Vec<CheckResult>,
     /// Whether every check passed.
@@ -332,6 +341,15 @@ struct Ctx {
     gateway: Arc<dyn PaymentGateway>,
     mailer: Arc<dyn Mailer>,
     alerts: Arc<dyn Alerts>,
+    /// One status writer per simulated API instance, and the object store
+    /// they write `status.json` to.
+    status: Vec<Arc<StatusWriter>>,
+    sink: Arc<ObjectSink>,
+    /// Which bookings' messages the worker finished.
+    tracking: Arc<TrackingQueue>,
+    /// Confirmations of a live booking whose message the worker had
+    /// finished, refused because another payment's HELD record stood there.
+    shadowed: Mutex<Vec<String>>,
     // what is going on
     live: AtomicU64,
     requests: AtomicU64,
@@ -378,6 +396,21 @@ impl Ctx {
         self.clock.now_ms()
     }
 
+    /// What the API does after a change of the counters: pokes its
+    /// instance's status writer in the background.
+    fn poke(&self, candidate: &CandidateHash) {
+        if self.status.is_empty() {
+            return;
+        }
+        let i = (process_of(candidate) % self.status.len() as u64) as usize;
+        let writer = self.status[i].clone();
+        tokio::spawn(async move {
+            if let Err(e) = writer.poke().await {
+                tracing::debug!(error = %e, "status poke failed");
+            }
+        });
+    }
+
     fn confirm_ports(&self) -> ConfirmPorts<'_> {
         ConfirmPorts {
             records: self.records.as_ref(),
@@ -408,7 +441,10 @@ impl Ctx {
         .await
         {
             Ok(Ok(Admission::Admitted { .. })) => {}
-            Ok(Ok(Admission::LevelFull)) => return Admitted::Full,
+            Ok(Ok(Admission::LevelFull)) => {
+                self.poke(candidate);
+                return Admitted::Full;
+            }
             Ok(Ok(Admission::AlreadyHolding { .. })) => return Admitted::Holding,
             Ok(Ok(Admission::AlreadyPaid { .. })) => return Admitted::Paid,
             Ok(Ok(_)) => return Admitted::Refused,
@@ -481,6 +517,7 @@ impl Ctx {
         self.bookings
             .lock()
             .push((candidate.clone(), payment.clone()));
+        self.poke(candidate);
         Admitted::Held {
             payment,
             deadline_ms,
@@ -495,14 +532,23 @@ impl Ctx {
         deadline: Instant,
         copy_key: Option<&str>,
     ) -> Admitted {
-        let undone = tokio::time::timeout_at(
-            deadline,
-            self.ledger.undo_admission(&self.sale, candidate, token),
-        )
-        .await;
+        // as the API: a failed undo is tried once more (the token guards it)
+        let mut undone = Err(());
+        for _ in 0..booking::ledger::UNDO_ATTEMPTS {
+            undone = tokio::time::timeout_at(
+                deadline,
+                self.ledger.undo_admission(&self.sale, candidate, token),
+            )
+            .await
+            .map_err(|_| ());
+            if !matches!(undone, Ok(Err(_))) {
+                break;
+            }
+        }
         if let Some(key) = copy_key {
             let _ = tokio::time::timeout_at(deadline, self.coordination.delete(key)).await;
         }
+        self.poke(candidate);
         if !matches!(undone, Ok(Ok(_))) {
             let alert = Alert {
                 kind: "undo_failed".into(),
@@ -544,16 +590,50 @@ impl Ctx {
                 op.ok(OpValue::Paid);
                 true
             }
-            Ok(MarkPaidOutcome::NotHeld { .. }) => {
+            Ok(MarkPaidOutcome::NotHeld { current }) => {
                 op.ok(OpValue::Refused {
                     reason: "not_held".into(),
                 });
+                if let Some(r) = current {
+                    self.note_shadowed(candidate, payment, &r).await;
+                }
                 true
             }
             Err(_) => {
                 op.unknown();
                 false
             }
+        }
+    }
+
+    /// A refused confirmation of `payment` found `record`: if that is
+    /// another payment's HELD record while the ledger's live hold is this
+    /// payment's, and the worker has finished this booking's message, the
+    /// worker left a stale record in the live booking's place.
+    async fn note_shadowed(
+        &self,
+        candidate: &CandidateHash,
+        payment: &PaymentId,
+        record: &booking::records::BookingRecord,
+    ) {
+        if record.status != RecordStatus::Held || record.payment_id == *payment {
+            return;
+        }
+        if !self.tracking.handled(payment) {
+            return;
+        }
+        let live = matches!(
+            self.raw_ledger.hold(&self.sale, candidate).await,
+            Ok(Some(booking::ledger::Hold {
+                state: booking::ledger::HoldState::Held { payment_id, .. },
+                ..
+            })) if payment_id == *payment
+        );
+        if live {
+            self.shadowed.lock().push(format!(
+                "{payment}: live and handled, record HELD with {}",
+                record.payment_id
+            ));
         }
     }
 
@@ -879,6 +959,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         config.seed,
         clock.clone(),
     ));
+    let history_start_ms = clock.now_ms();
     let history = History::new(clock.clone());
     let sale = SaleId::parse("sim").map_err(|e| setup(&e))?;
     let levels = (1..=config.caps.len())
@@ -889,7 +970,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         .map(|i| CandidateHash::of(&format!("sim-candidate-{i}")))
         .collect();
 
-    let raw_ledger = Arc::new(EmbeddedLedger::new());
+    let raw_ledger = Arc::new(EmbeddedLedger::with_bugs(&config.bugs));
     let level_caps: Vec<(Level, u32)> = levels.iter().cloned().zip(config.caps.clone()).collect();
     raw_ledger
         .reset(&sale, &level_caps)
@@ -924,7 +1005,11 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         history.clone(),
     ));
     let records = Arc::new(FaultyRecords::over(raw_records.clone(), injector.clone()));
-    let queue: Arc<dyn Queue> = Arc::new(FaultyQueue::new(raw_queue.clone(), injector.clone()));
+    let tracking = Arc::new(TrackingQueue::new(Arc::new(FaultyQueue::new(
+        raw_queue.clone(),
+        injector.clone(),
+    ))));
+    let queue: Arc<dyn Queue> = tracking.clone();
     let coordination: Arc<dyn Coordination> = Arc::new(FaultyCoordination::new(
         Arc::new(EmbeddedCoordination::new(clock.clone())),
         injector.clone(),
@@ -936,6 +1021,28 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         history.clone(),
     ));
     let alerts: Arc<dyn Alerts> = Arc::new(FaultyAlerts::new(alert_log.clone(), injector.clone()));
+    let sink = Arc::new(ObjectSink::new(clock.clone()));
+    let status: Vec<Arc<StatusWriter>> = (0..config.api_instances)
+        .map(|i| {
+            let instance = format!("sim-api-{i}");
+            let instance_clock: Arc<dyn Clock> = Arc::new(
+                SkewedClock::new(clock.clone(), injector.clone()).on_instance(instance.clone()),
+            );
+            Arc::new(
+                StatusWriter::new(
+                    sale.clone(),
+                    "sim",
+                    ledger.clone(),
+                    coordination.clone(),
+                    sink.clone(),
+                    instance_clock,
+                )
+                .with_writer_id(&instance)
+                .with_throttle(settings.status_throttle)
+                .with_bugs(&config.bugs),
+            )
+        })
+        .collect();
 
     let ctx = Arc::new(Ctx {
         config: config.clone(),
@@ -957,6 +1064,10 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         gateway: gateway.clone(),
         mailer: mailer.clone(),
         alerts: alerts.clone(),
+        status: status.clone(),
+        sink: sink.clone(),
+        tracking: tracking.clone(),
+        shadowed: Mutex::new(Vec::new()),
         live: AtomicU64::new(0),
         requests: AtomicU64::new(0),
         bookings: Mutex::new(Vec::new()),
@@ -982,6 +1093,24 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         services.push(tokio::spawn(async move {
             tracing::debug!(worker = i, "worker up");
             worker.run(stopped).await;
+        }));
+    }
+    // releases change the counters too: each instance's writer is poked
+    // once a throttle window, as the reconciler's and the expiry handler's
+    // instances do after releasing
+    for writer in &status {
+        let (writer, mut stopped) = (writer.clone(), stopped.clone());
+        let every = settings.status_throttle;
+        services.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    () = tokio::time::sleep(every) => {}
+                }
+                if let Err(e) = writer.poke().await {
+                    tracing::debug!(error = %e, "status poke failed");
+                }
+            }
         }));
     }
     let mut reconciler_settings = settings.clone();
@@ -1085,6 +1214,28 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
 
     let snapshot = ctx.snapshot().await?;
     let mut checks = invariants(&snapshot);
+    let documents: Vec<StatusDocument> = ctx
+        .sink
+        .writes()
+        .iter()
+        .filter_map(|w| StatusDocument::from_json(&w.document).ok())
+        .collect();
+    checks.extend(status_checks(&documents));
+    let completed: BTreeMap<PaymentId, u64> = ctx
+        .sim_gateway
+        .payments()
+        .into_iter()
+        .filter_map(|(id, p)| {
+            p.completed_ms
+                .map(|t| (id, t.saturating_sub(history_start_ms)))
+        })
+        .collect();
+    checks.push(checks::confirm_paths_mark_paid(&completed, &history.ops()));
+    checks.push(checks::verdict(
+        "handled_bookings_have_their_record",
+        "confirmations refused by another payment's record".to_owned(),
+        ctx.shadowed.lock().clone(),
+    ));
     checks.extend(check_all(&history.ops(), &final_state(&snapshot)));
     let passed = checks.iter().all(|c| c.passed);
     let dead_letters = ctx
@@ -1111,6 +1262,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         redelivered: workers.iter().map(|w| w.stats().duplicates).sum(),
         dead_letters,
         faults_fired: injector.counts().iter().map(|c| c.fired).sum(),
+        faults: injector.counts(),
         checks,
         passed,
     })

@@ -42,7 +42,7 @@ pub struct Snapshot {
 /// Violations listed in a detail at most.
 const SHOWN: usize = 8;
 
-fn verdict(name: &str, checked: String, violations: Vec<String>) -> CheckResult {
+pub(crate) fn verdict(name: &str, checked: String, violations: Vec<String>) -> CheckResult {
     let detail = if violations.is_empty() {
         checked
     } else {
@@ -330,4 +330,99 @@ mod tests {
         });
         assert_eq!(failed(&s), ["no_paid_after_release"]);
     }
+}
+
+/// The status page's checks over every document the writers landed, in the
+/// order they landed (the audit's own, on the simulated sink):
+///
+/// | name | holds when |
+/// |---|---|
+/// | `status_never_showed_full_level_open` | no document showed a level open with every seat taken |
+/// | `status_writes_in_read_order` | no document was built from an older read of the counters than the one it overwrote: an older read landing last is how a full level is shown open |
+pub fn status_checks(docs: &[booking::status::StatusDocument]) -> Vec<CheckResult> {
+    let shown_open: Vec<String> = docs
+        .iter()
+        .flat_map(|d| {
+            d.shows_full_level_open()
+                .into_iter()
+                .map(|l| {
+                    format!(
+                        "read at {}: {} open at {}/{}",
+                        d.generated_at_ms, l.level, l.taken, l.cap
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let unordered: Vec<String> =
+        booking::status::writes_out_of_read_order(docs.iter().map(|d| d.generated_at_ms))
+            .into_iter()
+            .map(|(i, g, newest)| format!("write {i}: read at {g}, after a write read at {newest}"))
+            .collect();
+    vec![
+        verdict(
+            "status_never_showed_full_level_open",
+            format!("{} documents", docs.len()),
+            shown_open,
+        ),
+        verdict(
+            "status_writes_in_read_order",
+            format!("{} documents", docs.len()),
+            unordered,
+        ),
+    ]
+}
+
+/// How long after a payment completed a confirm path may still find no
+/// record to mark (the worker has not written it yet): past this, the
+/// record must be there.
+pub const CONFIRM_LAG_MAX_MS: u64 = 120_000;
+
+/// `confirm_paths_mark_paid`: a completed payment whose confirmation (the
+/// callback, the webhook and its retries) reached the system
+/// [`CONFIRM_LAG_MAX_MS`] or more after the money moved, and was refused
+/// every time, is a booking the confirm paths can never mark paid (only the
+/// reconciler's rescue after the deadline saves it). `completed` maps each
+/// completed payment to when it completed, ms from the run's start.
+pub fn confirm_paths_mark_paid(
+    completed: &BTreeMap<PaymentId, u64>,
+    ops: &[crate::history::Op],
+) -> CheckResult {
+    use crate::history::{OpKind, OpValue, Outcome};
+    let mut paid: BTreeSet<&PaymentId> = BTreeSet::new();
+    let mut refused_late: BTreeMap<&PaymentId, u64> = BTreeMap::new();
+    for op in ops {
+        let OpKind::Confirm { payment, .. } = &op.kind else {
+            continue;
+        };
+        match &op.outcome {
+            Outcome::Ok {
+                value: OpValue::Paid,
+            } => {
+                paid.insert(payment);
+            }
+            Outcome::Ok {
+                value: OpValue::Refused { .. },
+            } => {
+                if let Some(done) = completed.get(payment) {
+                    let lag = op.invoked_ms.saturating_sub(*done);
+                    if lag >= CONFIRM_LAG_MAX_MS {
+                        let e = refused_late.entry(payment).or_default();
+                        *e = (*e).max(lag);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let never: Vec<String> = refused_late
+        .iter()
+        .filter(|(p, _)| !paid.contains(*p))
+        .map(|(p, lag)| format!("{p}: refused {} s after it completed", lag / 1_000))
+        .collect();
+    verdict(
+        "confirm_paths_mark_paid",
+        format!("{} completed payments", completed.len()),
+        never,
+    )
 }

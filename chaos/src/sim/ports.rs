@@ -28,6 +28,8 @@ pub struct SimPayment {
     pub state: GatewayPaymentState,
     /// After this the gateway executes nothing (the checkout expired).
     pub expires_ms: u64,
+    /// When it was executed (money moved), clock ms.
+    pub completed_ms: Option<u64>,
 }
 
 /// A bKash-like gateway in memory: payments are created by the API,
@@ -142,6 +144,7 @@ impl PaymentGateway for SimGateway {
                 invoice: req.invoice.clone(),
                 state: GatewayPaymentState::Initiated,
                 expires_ms: now.saturating_add(self.checkout_ms),
+                completed_ms: None,
             },
         );
         Ok(CreatedPayment {
@@ -167,6 +170,7 @@ impl PaymentGateway for SimGateway {
                 p.state = GatewayPaymentState::Completed {
                     trx_id: trx_id.clone(),
                 };
+                p.completed_ms = Some(now);
                 Ok(Executed {
                     payment_id: payment.clone(),
                     trx_id,
@@ -545,5 +549,92 @@ mod tests {
         assert!(matches!(q.state, GatewayPaymentState::Completed { .. }));
         let missing = PaymentId::parse("NOPE").unwrap();
         assert!(gw.query(&missing, w).await.is_err());
+    }
+}
+
+/// The queue as the worker sees it, remembering which bookings' messages
+/// the worker has finished with (deleted), so a confirmation can tell "the
+/// worker has not got to it yet" from "the worker got to it and left the
+/// wrong record".
+#[derive(Debug)]
+pub struct TrackingQueue {
+    inner: Arc<dyn booking::queue::Queue>,
+    receipts: Mutex<HashMap<String, PaymentId>>,
+    handled: Mutex<std::collections::BTreeSet<PaymentId>>,
+}
+
+impl TrackingQueue {
+    /// Tracks `inner`.
+    pub fn new(inner: Arc<dyn booking::queue::Queue>) -> TrackingQueue {
+        TrackingQueue {
+            inner,
+            receipts: Mutex::new(HashMap::new()),
+            handled: Mutex::new(std::collections::BTreeSet::new()),
+        }
+    }
+
+    /// Whether the worker deleted a message of the booking with `payment`.
+    pub fn handled(&self, payment: &PaymentId) -> bool {
+        self.handled.lock().contains(payment)
+    }
+}
+
+#[async_trait]
+impl booking::queue::Queue for TrackingQueue {
+    async fn send(
+        &self,
+        message: booking::queue::Message,
+    ) -> Result<booking::queue::SendOutcome, booking::queue::QueueError> {
+        self.inner.send(message).await
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<booking::queue::Received>, booking::queue::QueueError> {
+        let got = self.inner.receive(max, wait).await?;
+        let mut receipts = self.receipts.lock();
+        for r in &got {
+            if let Ok(m) =
+                serde_json::from_str::<booking_service::worker::AdmissionMessage>(&r.message.body)
+            {
+                receipts.insert(r.receipt.0.clone(), m.payment_id);
+            }
+        }
+        Ok(got)
+    }
+
+    async fn delete(
+        &self,
+        receipt: &booking::queue::ReceiptHandle,
+    ) -> Result<(), booking::queue::QueueError> {
+        self.inner.delete(receipt).await?;
+        if let Some(p) = self.receipts.lock().remove(&receipt.0) {
+            self.handled.lock().insert(p);
+        }
+        Ok(())
+    }
+
+    async fn change_visibility(
+        &self,
+        receipt: &booking::queue::ReceiptHandle,
+        timeout: Duration,
+    ) -> Result<(), booking::queue::QueueError> {
+        self.inner.change_visibility(receipt, timeout).await
+    }
+
+    async fn oldest_age(&self) -> Result<Option<Duration>, booking::queue::QueueError> {
+        self.inner.oldest_age().await
+    }
+
+    async fn depth(&self) -> Result<booking::queue::QueueDepth, booking::queue::QueueError> {
+        self.inner.depth().await
+    }
+
+    async fn dead_letters(
+        &self,
+    ) -> Result<Vec<booking::queue::Message>, booking::queue::QueueError> {
+        self.inner.dead_letters().await
     }
 }

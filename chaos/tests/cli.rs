@@ -1,0 +1,121 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The `chaos` binary as CI runs it: the bounded matrix and the whole zoo
+//! must pass, and `chaos run` must fail on a bug and name the check.
+
+use std::process::Command;
+
+fn chaos(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_chaos"))
+        .args(args)
+        .output()
+        .expect("chaos runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    println!("{stdout}");
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+fn out_dir(what: &str) -> String {
+    std::env::temp_dir()
+        .join(format!("chaos-{what}-{:016x}", rand::random::<u64>()))
+        .display()
+        .to_string()
+}
+
+#[test]
+fn the_ci_matrix_passes_every_schedule_and_seed() {
+    let out = out_dir("matrix");
+    let (code, stdout) = chaos(&["matrix", "--profile", "ci", "--out", &out]);
+    assert_eq!(code, 0, "{stdout}");
+    // 5 schedules × 3 seeds, one line each
+    assert_eq!(stdout.lines().filter(|l| l.contains(" ok ")).count(), 15);
+    assert!(!stdout.contains("FAIL"));
+    assert!(stdout.contains("simulated sales per minute"));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{out}/matrix.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["runs"].as_array().unwrap().len(), 15);
+    // the faults fired: a matrix whose faults never fire proves nothing
+    assert!(
+        summary["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["schedule"] != "calm")
+            .all(|r| !r["summary"].as_str().unwrap().contains(" 0 faults fired")),
+        "{summary:#}"
+    );
+}
+
+#[test]
+fn every_bug_of_the_zoo_is_caught_by_its_invariant() {
+    let out = out_dir("zoo");
+    let (code, stdout) = chaos(&["zoo", "--out", &out]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("12 of 12 bugs caught"), "{stdout}");
+    assert!(!stdout.contains("NOT CAUGHT"));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(format!("{out}/zoo.json")).unwrap()).unwrap();
+    assert_eq!(rows.len(), 12);
+    for r in &rows {
+        assert_eq!(r["caught"], true, "{r:#}");
+        if r["harness"] == "sim" {
+            assert_eq!(r["control_passed"], true, "{r:#}");
+        }
+    }
+}
+
+#[test]
+fn a_run_with_a_bug_fails_and_names_the_check_a_clean_one_passes() {
+    let (code, stdout) = chaos(&[
+        "run",
+        "--schedule",
+        "calm",
+        "--seed",
+        "6",
+        "--candidates",
+        "1000",
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("every check passed"));
+    let (code, stdout) = chaos(&[
+        "run",
+        "--schedule",
+        "calm",
+        "--seed",
+        "6",
+        "--candidates",
+        "1000",
+        "--bug",
+        "paid_keeps_ttl",
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("FAIL completed_is_paid"), "{stdout}");
+    let (code, _) = chaos(&["run", "--schedule", "no-such-schedule"]);
+    assert_eq!(code, 2);
+    let (code, _) = chaos(&["run", "--bug", "no_such_bug"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn a_schedule_file_runs_and_its_faults_are_reported() {
+    let (code, stdout) = chaos(&[
+        "run",
+        "--schedule",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/schedules/example.toml"),
+        "--seed",
+        "3",
+        "--candidates",
+        "1000",
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    for fault in [
+        "redis-spikes",
+        "dynamodb-throttles",
+        "sqs-paused",
+        "execute-resets",
+    ] {
+        assert!(stdout.contains(fault), "{fault} missing:\n{stdout}");
+    }
+    assert!(stdout.contains("holds extended"));
+}
