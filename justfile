@@ -12,6 +12,27 @@ rehearse *ARGS:
 rehearse-ci *ARGS:
     cargo run --release -p scenarios -- rehearse --profile ci {{ARGS}}
 
+# One sale in virtual time under a fault schedule (built-in name or TOML file), e.g. `just chaos --schedule gateway-trouble --seed 7`.
+chaos *ARGS:
+    cargo run --release -p chaos -- run {{ARGS}}
+
+# Every built-in fault schedule across seeds (the bounded CI profile); one line per run, the seed that reproduces a failure.
+chaos-matrix *ARGS:
+    cargo run --release -p chaos -- matrix --profile ci {{ARGS}}
+
+# The bug zoo: every bug the article's team found, switched back on, must be caught (with each rehearsal row's control).
+zoo *ARGS:
+    cargo run --release -p chaos -- zoo --controls {{ARGS}}
+
+# The long soak: every schedule × 10 seeds of the article's full 40,000-candidate sale, then 100 more seeds of the calm sale.
+soak:
+    cargo run --release -p chaos -- matrix --profile soak
+    cargo run --release -p chaos -- matrix --seeds 100 --candidates 4000
+
+# How many simulated sales a minute this machine runs (the article's full sale, 10 seeds, both cores).
+sim-rate:
+    cargo run --release -p chaos --example sim_rate -- 10 40000 2
+
 # Install what the tests need beyond Rust (Python venv with third-party bKash clients, redis-server); idempotent.
 setup:
     scripts/setup
