@@ -225,6 +225,101 @@ pub fn invariants(s: &Snapshot) -> Vec<CheckResult> {
     out
 }
 
+/// The status page's checks over every document the writers landed, in the
+/// order they landed (the audit's own, on the simulated sink):
+///
+/// | name | holds when |
+/// |---|---|
+/// | `status_never_showed_full_level_open` | no document showed a level open with every seat taken |
+/// | `status_writes_in_read_order` | no document was built from an older read of the counters than the one it overwrote: an older read landing last is how a full level is shown open |
+pub fn status_checks(docs: &[booking::status::StatusDocument]) -> Vec<CheckResult> {
+    let shown_open: Vec<String> = docs
+        .iter()
+        .flat_map(|d| {
+            d.shows_full_level_open()
+                .into_iter()
+                .map(|l| {
+                    format!(
+                        "read at {}: {} open at {}/{}",
+                        d.generated_at_ms, l.level, l.taken, l.cap
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let unordered: Vec<String> =
+        booking::status::writes_out_of_read_order(docs.iter().map(|d| d.generated_at_ms))
+            .into_iter()
+            .map(|(i, g, newest)| format!("write {i}: read at {g}, after a write read at {newest}"))
+            .collect();
+    vec![
+        verdict(
+            "status_never_showed_full_level_open",
+            format!("{} documents", docs.len()),
+            shown_open,
+        ),
+        verdict(
+            "status_writes_in_read_order",
+            format!("{} documents", docs.len()),
+            unordered,
+        ),
+    ]
+}
+
+/// How long after a payment completed a confirm path may still find no
+/// record to mark (the worker has not written it yet): past this, the
+/// record must be there.
+pub const CONFIRM_LAG_MAX_MS: u64 = 120_000;
+
+/// `confirm_paths_mark_paid`: a completed payment whose confirmation (the
+/// callback, the webhook and its retries) reached the system
+/// [`CONFIRM_LAG_MAX_MS`] or more after the money moved, and was refused
+/// every time, is a booking the confirm paths can never mark paid (only the
+/// reconciler's rescue after the deadline saves it). `completed` maps each
+/// completed payment to when it completed, ms from the run's start.
+pub fn confirm_paths_mark_paid(
+    completed: &BTreeMap<PaymentId, u64>,
+    ops: &[crate::history::Op],
+) -> CheckResult {
+    use crate::history::{OpKind, OpValue, Outcome};
+    let mut paid: BTreeSet<&PaymentId> = BTreeSet::new();
+    let mut refused_late: BTreeMap<&PaymentId, u64> = BTreeMap::new();
+    for op in ops {
+        let OpKind::Confirm { payment, .. } = &op.kind else {
+            continue;
+        };
+        match &op.outcome {
+            Outcome::Ok {
+                value: OpValue::Paid,
+            } => {
+                paid.insert(payment);
+            }
+            Outcome::Ok {
+                value: OpValue::Refused { .. },
+            } => {
+                if let Some(done) = completed.get(payment) {
+                    let lag = op.invoked_ms.saturating_sub(*done);
+                    if lag >= CONFIRM_LAG_MAX_MS {
+                        let e = refused_late.entry(payment).or_default();
+                        *e = (*e).max(lag);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let never: Vec<String> = refused_late
+        .iter()
+        .filter(|(p, _)| !paid.contains(*p))
+        .map(|(p, lag)| format!("{p}: refused {} s after it completed", lag / 1_000))
+        .collect();
+    verdict(
+        "confirm_paths_mark_paid",
+        format!("{} completed payments", completed.len()),
+        never,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -330,99 +425,75 @@ mod tests {
         });
         assert_eq!(failed(&s), ["no_paid_after_release"]);
     }
-}
 
-/// The status page's checks over every document the writers landed, in the
-/// order they landed (the audit's own, on the simulated sink):
-///
-/// | name | holds when |
-/// |---|---|
-/// | `status_never_showed_full_level_open` | no document showed a level open with every seat taken |
-/// | `status_writes_in_read_order` | no document was built from an older read of the counters than the one it overwrote: an older read landing last is how a full level is shown open |
-pub fn status_checks(docs: &[booking::status::StatusDocument]) -> Vec<CheckResult> {
-    let shown_open: Vec<String> = docs
-        .iter()
-        .flat_map(|d| {
-            d.shows_full_level_open()
-                .into_iter()
-                .map(|l| {
-                    format!(
-                        "read at {}: {} open at {}/{}",
-                        d.generated_at_ms, l.level, l.taken, l.cap
-                    )
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let unordered: Vec<String> =
-        booking::status::writes_out_of_read_order(docs.iter().map(|d| d.generated_at_ms))
-            .into_iter()
-            .map(|(i, g, newest)| format!("write {i}: read at {g}, after a write read at {newest}"))
-            .collect();
-    vec![
-        verdict(
-            "status_never_showed_full_level_open",
-            format!("{} documents", docs.len()),
-            shown_open,
-        ),
-        verdict(
-            "status_writes_in_read_order",
-            format!("{} documents", docs.len()),
-            unordered,
-        ),
-    ]
-}
-
-/// How long after a payment completed a confirm path may still find no
-/// record to mark (the worker has not written it yet): past this, the
-/// record must be there.
-pub const CONFIRM_LAG_MAX_MS: u64 = 120_000;
-
-/// `confirm_paths_mark_paid`: a completed payment whose confirmation (the
-/// callback, the webhook and its retries) reached the system
-/// [`CONFIRM_LAG_MAX_MS`] or more after the money moved, and was refused
-/// every time, is a booking the confirm paths can never mark paid (only the
-/// reconciler's rescue after the deadline saves it). `completed` maps each
-/// completed payment to when it completed, ms from the run's start.
-pub fn confirm_paths_mark_paid(
-    completed: &BTreeMap<PaymentId, u64>,
-    ops: &[crate::history::Op],
-) -> CheckResult {
-    use crate::history::{OpKind, OpValue, Outcome};
-    let mut paid: BTreeSet<&PaymentId> = BTreeSet::new();
-    let mut refused_late: BTreeMap<&PaymentId, u64> = BTreeMap::new();
-    for op in ops {
-        let OpKind::Confirm { payment, .. } = &op.kind else {
-            continue;
+    #[test]
+    fn status_documents_landing_out_of_read_order_fail() {
+        use booking::ledger::{Counters, LevelCount};
+        use booking::status::StatusDocument;
+        let doc = |taken: u32, at: u64| {
+            StatusDocument::from_counters(
+                &SaleId::parse("s").unwrap(),
+                &Counters {
+                    open: true,
+                    levels: vec![LevelCount {
+                        level: level(),
+                        cap: 2,
+                        count: taken,
+                    }],
+                },
+                at,
+            )
         };
-        match &op.outcome {
-            Outcome::Ok {
-                value: OpValue::Paid,
-            } => {
-                paid.insert(payment);
-            }
-            Outcome::Ok {
-                value: OpValue::Refused { .. },
-            } => {
-                if let Some(done) = completed.get(payment) {
-                    let lag = op.invoked_ms.saturating_sub(*done);
-                    if lag >= CONFIRM_LAG_MAX_MS {
-                        let e = refused_late.entry(payment).or_default();
-                        *e = (*e).max(lag);
-                    }
-                }
-            }
-            _ => {}
-        }
+        let names = |docs: &[StatusDocument]| -> Vec<String> {
+            status_checks(docs)
+                .into_iter()
+                .filter(|c| !c.passed)
+                .map(|c| c.name)
+                .collect()
+        };
+        assert!(names(&[doc(1, 10), doc(2, 20)]).is_empty());
+        // the older read (a seat left) lands after the newer one (full)
+        assert_eq!(
+            names(&[doc(2, 20), doc(1, 10)]),
+            ["status_writes_in_read_order"]
+        );
+        let mut forged = doc(2, 30);
+        forged.levels[0].state = booking::status::LevelState::Open;
+        assert_eq!(names(&[forged]), ["status_never_showed_full_level_open"]);
     }
-    let never: Vec<String> = refused_late
-        .iter()
-        .filter(|(p, _)| !paid.contains(*p))
-        .map(|(p, lag)| format!("{p}: refused {} s after it completed", lag / 1_000))
-        .collect();
-    verdict(
-        "confirm_paths_mark_paid",
-        format!("{} completed payments", completed.len()),
-        never,
-    )
+
+    #[test]
+    fn a_completed_payment_refused_late_by_every_path_fails() {
+        use crate::history::{Op, OpKind, OpValue, Outcome};
+        let confirm = |id: u64, at: u64, value: OpValue| Op {
+            id,
+            process: 1,
+            kind: OpKind::Confirm {
+                candidate: c(1),
+                payment: p(1),
+            },
+            invoked_ms: at,
+            completed_ms: Some(at),
+            outcome: Outcome::Ok { value },
+        };
+        let refused = || OpValue::Refused {
+            reason: "not_held".into(),
+        };
+        let completed: BTreeMap<PaymentId, u64> = [(p(1), 1_000)].into_iter().collect();
+        // refused early (the worker had not written yet), then paid: fine
+        let ok = [
+            confirm(1, 1_500, refused()),
+            confirm(2, 31_000, OpValue::Paid),
+        ];
+        assert!(confirm_paths_mark_paid(&completed, &ok).passed);
+        // refused early only: the worker may not have written; not judged
+        assert!(confirm_paths_mark_paid(&completed, &[confirm(1, 1_500, refused())]).passed);
+        // refused two minutes on, never paid by a path
+        let late = [
+            confirm(1, 1_500, refused()),
+            confirm(2, 1_000 + CONFIRM_LAG_MAX_MS, refused()),
+        ];
+        let r = confirm_paths_mark_paid(&completed, &late);
+        assert!(!r.passed && r.detail.contains("P1"), "{}", r.detail);
+    }
 }
