@@ -1,1 +1,124 @@
-//! placeholder
+//! The stream handlers as AWS Lambda functions (issue 6): the expiry safety
+//! net and the back-office sync, each the same [`BatchHandler`] the local
+//! event-source mapping (`booking-streams`) invokes, behind
+//! `lambda_runtime`.
+//!
+//! A function reads the server's configuration (the TOML `booking serve
+//! --config` takes) from the file named by [`CONFIG_ENV`], builds its ports
+//! once at cold start, and answers each DynamoDB-stream invocation with the
+//! partial-batch response (`{"batchItemFailures": [{"itemIdentifier": …}]}`,
+//! for `FunctionResponseTypes: [ReportBatchItemFailures]`): the first record
+//! the handler could not handle and everything after it are retried, the
+//! ones before are not. An event that is not a DynamoDB-stream batch of
+//! booking records is an error (Lambda retries it, then sends it to the
+//! on-failure destination), never a panic.
+//!
+//! Binaries: `booking-expiry-lambda`, `booking-sync-lambda`
+//! (`deploy/package-lambda` zips each as `bootstrap`).
+
+use std::sync::Arc;
+
+use booking_server::config::ServerConfig;
+use booking_streams::event::{BatchResponse, StreamEvent};
+use booking_streams::mapping::BatchHandler;
+use serde_json::Value;
+
+/// The environment variable naming the configuration file.
+pub const CONFIG_ENV: &str = "BOOKING_CONFIG";
+
+/// Why an invocation could not be handled at all.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    /// The payload is not a DynamoDB-stream event.
+    #[error("not a DynamoDB stream event: {0}")]
+    NotAStreamEvent(String),
+    /// A record's image is not a booking.
+    #[error("malformed record: {0}")]
+    MalformedRecord(String),
+}
+
+/// One invocation: parses `payload`, runs `handler` on its records in order,
+/// and answers which record to retry from (none: all handled).
+pub async fn invoke(
+    handler: &dyn BatchHandler,
+    payload: Value,
+) -> Result<BatchResponse, InvokeError> {
+    let event: StreamEvent =
+        serde_json::from_value(payload).map_err(|e| InvokeError::NotAStreamEvent(e.to_string()))?;
+    let records = event.records().map_err(InvokeError::MalformedRecord)?;
+    if records.is_empty() {
+        return Ok(event.failure(None));
+    }
+    let failed_at = handler.handle_batch(&records).await;
+    if let Some(seq) = failed_at {
+        tracing::warn!(
+            handler = handler.name(),
+            seq,
+            "batch failed at a record; Lambda retries from it"
+        );
+    }
+    Ok(event.failure(failed_at))
+}
+
+/// The configuration a function runs with: the file [`CONFIG_ENV`] names.
+pub fn config_from_env() -> anyhow::Result<ServerConfig> {
+    let path = std::env::var(CONFIG_ENV)
+        .map_err(|_| anyhow::anyhow!("{CONFIG_ENV} must name the booking configuration file"))?;
+    let config = ServerConfig::from_file(std::path::Path::new(&path))?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// The expiry safety net over `config`'s ledger and record store.
+pub async fn expiry_handler(config: &ServerConfig) -> anyhow::Result<Arc<dyn BatchHandler>> {
+    let server = booking_server::build(config, &config.public_url).await?;
+    let stack = &server.stack;
+    Ok(Arc::new(booking_service::expiry::ExpiryHandler::new(
+        stack.stream.clone(),
+        stack.ledger.clone(),
+        0,
+    )))
+}
+
+/// The back-office sync over `config`'s PostgreSQL (migrated at cold start).
+pub async fn sync_handler(config: &ServerConfig) -> anyhow::Result<Arc<dyn BatchHandler>> {
+    let office = booking_server::build::back_office(config)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no back office configured (stack.aws.postgres_url)"))?;
+    Ok(Arc::new(booking_postgres::SyncHandler::new(office)))
+}
+
+/// Serves `handler` to the Lambda Runtime API until the runtime stops.
+pub async fn serve(handler: Arc<dyn BatchHandler>) -> Result<(), lambda_runtime::Error> {
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<Value>| {
+            let handler = handler.clone();
+            async move {
+                let answer = invoke(handler.as_ref(), event.payload).await?;
+                Ok::<Value, lambda_runtime::Error>(serde_json::to_value(answer)?)
+            }
+        },
+    ))
+    .await
+}
+
+/// A binary's `main`: logs, configuration, the handler `make` builds, then
+/// the runtime loop.
+pub async fn main_with<F, Fut>(make: F) -> Result<(), lambda_runtime::Error>
+where
+    F: FnOnce(ServerConfig) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Arc<dyn BatchHandler>>>,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(false)
+        .without_time()
+        .init();
+    let config = config_from_env()?;
+    let handler = make(config).await?;
+    tracing::info!(handler = handler.name(), "cold start done");
+    serve(handler).await
+}
