@@ -212,7 +212,7 @@ fn run(
     println!("\nchecks:");
     for c in &report.checks {
         println!(
-            "  {} {:<28} {}",
+            "  {} {:<36} {}",
             if c.passed { "ok  " } else { "FAIL" },
             c.name,
             c.detail

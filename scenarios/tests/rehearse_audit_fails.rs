@@ -478,6 +478,33 @@ async fn every_invariant_is_reported_broken_by_name() {
     check.broken("at_cap_when_demand_exceeded").await;
     check.measured.peaks.insert(name.clone(), cap + 1);
     check.broken("never_above_cap_during_run").await;
+    check.measured.peaks.insert(name.clone(), cap);
+
+    // approved_payers_told_paid: an approved payer's redirect answered
+    // not_paid (the load engine counts them)
+    check.holds("approved_payers_told_paid").await;
+    check.measured.approved_told_not_paid = 1;
+    check.broken("approved_payers_told_paid").await;
+    check.measured.approved_told_not_paid = 0;
+
+    // one_token_grant: a second token granted in the gateway's window (as an
+    // instance that ignored the shared token would)
+    check.holds("one_token_grant").await;
+    let m = mock_gateway::config::Merchant::default();
+    let body = serde_json::json!({"app_key": m.app_key, "app_secret": m.app_secret});
+    fleet
+        .mock
+        .as_ref()
+        .unwrap()
+        .app
+        .gateway
+        .grant(
+            Some(&m.username),
+            Some(&m.password),
+            body.to_string().as_bytes(),
+        )
+        .unwrap();
+    check.broken("one_token_grant").await;
 
     // the rehearsal's thresholds: bounds no run can meet
     let mut strict = profile.clone();
