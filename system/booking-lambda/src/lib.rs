@@ -69,9 +69,16 @@ pub fn config_from_env() -> anyhow::Result<ServerConfig> {
     Ok(config)
 }
 
+/// Redis connections of a function instance: it handles one batch at a
+/// time, in order (a fleet-sized pool per Lambda instance would exhaust
+/// Redis when the stream fans out).
+pub const FUNCTION_REDIS_POOL: usize = 2;
+
 /// The expiry safety net over `config`'s ledger and record store.
 pub async fn expiry_handler(config: &ServerConfig) -> anyhow::Result<Arc<dyn BatchHandler>> {
-    let server = booking_server::build(config, &config.public_url).await?;
+    let mut config = config.clone();
+    config.stack.redis_pool_size = FUNCTION_REDIS_POOL;
+    let server = booking_server::build(&config, &config.public_url).await?;
     let stack = &server.stack;
     Ok(Arc::new(booking_service::expiry::ExpiryHandler::new(
         stack.stream.clone(),
