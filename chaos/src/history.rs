@@ -178,10 +178,12 @@ impl History {
     }
 
     fn now_ms(&self) -> u64 {
-        self.inner
-            .clock
-            .now_ms()
-            .saturating_sub(self.inner.start_ms)
+        self.ms_since_start(self.inner.clock.now_ms())
+    }
+
+    /// A clock reading (ms) as the history's times are: ms since its start.
+    pub fn ms_since_start(&self, clock_ms: u64) -> u64 {
+        clock_ms.saturating_sub(self.inner.start_ms)
     }
 
     /// Records the invocation of `kind` by `process`; complete it through the

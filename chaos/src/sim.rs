@@ -544,18 +544,16 @@ impl Ctx {
         copy_key: Option<&str>,
     ) -> Admitted {
         // as the API: a failed undo is tried once more (the token guards it)
-        let mut undone = Err(());
-        for _ in 0..booking::ledger::UNDO_ATTEMPTS {
-            undone = tokio::time::timeout_at(
-                deadline,
-                self.ledger.undo_admission(&self.sale, candidate, token),
-            )
-            .await
-            .map_err(|_| ());
-            if !matches!(undone, Ok(Err(_))) {
-                break;
-            }
-        }
+        let undone = tokio::time::timeout_at(
+            deadline,
+            booking::ledger::undo_admission_retried(
+                self.ledger.as_ref(),
+                &self.sale,
+                candidate,
+                token,
+            ),
+        )
+        .await;
         if let Some(key) = copy_key {
             let _ = tokio::time::timeout_at(deadline, self.coordination.delete(key)).await;
         }
@@ -970,7 +968,6 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         config.seed,
         clock.clone(),
     ));
-    let history_start_ms = clock.now_ms();
     let history = History::new(clock.clone());
     let sale = SaleId::parse("sim").map_err(|e| setup(&e))?;
     let levels = (1..=config.caps.len())
@@ -1225,21 +1222,22 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
 
     let snapshot = ctx.snapshot().await?;
     let mut checks = invariants(&snapshot);
-    let documents: Vec<StatusDocument> = ctx
+    let documents: Vec<(u64, StatusDocument)> = ctx
         .sink
         .writes()
         .iter()
-        .filter_map(|w| StatusDocument::from_json(&w.document).ok())
+        .filter_map(|w| {
+            StatusDocument::from_json(&w.document)
+                .ok()
+                .map(|d| (w.at_ms, d))
+        })
         .collect();
     checks.extend(status_checks(&documents));
     let completed: BTreeMap<PaymentId, u64> = ctx
         .sim_gateway
         .payments()
         .into_iter()
-        .filter_map(|(id, p)| {
-            p.completed_ms
-                .map(|t| (id, t.saturating_sub(history_start_ms)))
-        })
+        .filter_map(|(id, p)| p.completed_ms.map(|t| (id, history.ms_since_start(t))))
         .collect();
     checks.push(checks::confirm_paths_mark_paid(&completed, &history.ops()));
     checks.push(checks::verdict(

@@ -122,11 +122,7 @@ async fn ledger(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
         "webhooks": app.webhooks.log(),
         "subscriptions": app.webhooks.subscriptions(),
         "faults": app.gateway.faults(),
-        "grants_in_window": app
-            .gateway
-            .grants_in_window()
-            .into_iter()
-            .collect::<HashMap<_, _>>(),
+        "grants_in_window": app.gateway.grants_in_window_json(),
     }))
 }
 
@@ -147,12 +143,7 @@ async fn stats(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
         o.insert("payments".into(), app.gateway.state_counts());
         o.insert(
             "grants_in_window".into(),
-            json!(
-                app.gateway
-                    .grants_in_window()
-                    .into_iter()
-                    .collect::<HashMap<_, _>>()
-            ),
+            app.gateway.grants_in_window_json(),
         );
         o.insert(
             "rules_fired".into(),

@@ -678,6 +678,17 @@ impl Gateway {
             .grants_in_window(self.clock.now(), self.limits().grant_window)
     }
 
+    /// [`Gateway::grants_in_window`] as a JSON object (app key → grants), as
+    /// the ledger and the stats show it.
+    pub fn grants_in_window_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(
+            self.grants_in_window()
+                .into_iter()
+                .map(|(key, n)| (key, serde_json::Value::from(n)))
+                .collect(),
+        )
+    }
+
     /// Counts of payments per state.
     pub fn state_counts(&self) -> Value {
         let mut counts = std::collections::BTreeMap::<&'static str, u64>::new();

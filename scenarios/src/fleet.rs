@@ -550,13 +550,7 @@ impl Fleet {
         if let Some(mock) = &self.mock {
             let payments = serde_json::to_value(mock.app.gateway.payments())
                 .map_err(|e| FleetError::Read(e.to_string()))?;
-            let grants: serde_json::Map<String, Value> = mock
-                .app
-                .gateway
-                .grants_in_window()
-                .into_iter()
-                .map(|(key, n)| (key, json!(n)))
-                .collect();
+            let grants = mock.app.gateway.grants_in_window_json();
             return Ok(Some(
                 json!({ "payments": payments, "grants_in_window": grants }),
             ));

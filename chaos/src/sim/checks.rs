@@ -232,37 +232,16 @@ pub fn invariants(s: &Snapshot) -> Vec<CheckResult> {
 /// |---|---|
 /// | `status_never_showed_full_level_open` | no document showed a level open with every seat taken |
 /// | `status_writes_in_read_order` | no document was built from an older read of the counters than the one it overwrote: an older read landing last is how a full level is shown open |
-pub fn status_checks(docs: &[booking::status::StatusDocument]) -> Vec<CheckResult> {
-    let shown_open: Vec<String> = docs
-        .iter()
-        .flat_map(|d| {
-            d.shows_full_level_open()
-                .into_iter()
-                .map(|l| {
-                    format!(
-                        "read at {}: {} open at {}/{}",
-                        d.generated_at_ms, l.level, l.taken, l.cap
-                    )
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let unordered: Vec<String> =
-        booking::status::writes_out_of_read_order(docs.iter().map(|d| d.generated_at_ms))
-            .into_iter()
-            .map(|(i, g, newest)| format!("write {i}: read at {g}, after a write read at {newest}"))
-            .collect();
+pub fn status_checks(landed: &[(u64, booking::status::StatusDocument)]) -> Vec<CheckResult> {
+    let (shown_open, unordered) = booking::status::landed_problems(landed);
+    let checked = format!("{} documents", landed.len());
     vec![
         verdict(
             "status_never_showed_full_level_open",
-            format!("{} documents", docs.len()),
+            checked.clone(),
             shown_open,
         ),
-        verdict(
-            "status_writes_in_read_order",
-            format!("{} documents", docs.len()),
-            unordered,
-        ),
+        verdict("status_writes_in_read_order", checked, unordered),
     ]
 }
 
@@ -445,7 +424,11 @@ mod tests {
             )
         };
         let names = |docs: &[StatusDocument]| -> Vec<String> {
-            status_checks(docs)
+            let landed: Vec<(u64, StatusDocument)> = docs
+                .iter()
+                .map(|d| (d.generated_at_ms, d.clone()))
+                .collect();
+            status_checks(&landed)
                 .into_iter()
                 .filter(|c| !c.passed)
                 .map(|c| c.name)

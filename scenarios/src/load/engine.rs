@@ -526,9 +526,6 @@ impl Engine {
             failed,
         );
         let mut delivered = Vec::new();
-        // a payer who approved at once, well within the hold (a late payer
-        // may come back after it, and is rightly told so)
-        let approved = plan.actions.contains(&"pay") && !plan.late;
         for url in redirects {
             let target = match plan.forge_status {
                 Some(status) => mock_gateway::payer::with_status(&url, status),
@@ -550,12 +547,12 @@ impl Engine {
                         .paid_redirects_delivered
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                if approved && answer.status == Some(402) {
-                    self.payments.lock().approved_told_not_paid += 1;
-                }
                 delivered.push(outcome::callback_answer(answer.status));
             }
         }
+        // a payer who approved at once, well within the hold (a late payer
+        // may come back after it, and is rightly told so)
+        let approved = plan.actions.contains(&"pay") && !plan.late;
         {
             let mut tally = self.payments.lock();
             *tally
@@ -575,6 +572,9 @@ impl Engine {
                 }
                 if key == "transport_error" {
                     tally.transport_errors += 1;
+                }
+                if approved && key == "not_paid" {
+                    tally.approved_told_not_paid += 1;
                 }
                 *tally.callback_answers.entry(key).or_default() += 1;
             }

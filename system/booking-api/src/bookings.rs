@@ -602,25 +602,21 @@ impl Booking {
         );
         // an undo whose answer was lost is tried once more: it is guarded by
         // the token, so a repeat that finds the hold gone changes nothing
-        let mut undone = Err(());
-        for _ in 0..booking::ledger::UNDO_ATTEMPTS {
-            undone = tokio::time::timeout_at(
-                self.deadline.into(),
-                stack
-                    .ledger
-                    .undo_admission(&stack.sale, &self.candidate, &self.token),
-            )
-            .await
-            .map_err(|_| ());
-            if !matches!(undone, Ok(Err(_))) {
-                break;
-            }
-        }
+        let undone = tokio::time::timeout_at(
+            self.deadline.into(),
+            booking::ledger::undo_admission_retried(
+                stack.ledger.as_ref(),
+                &stack.sale,
+                &self.candidate,
+                &self.token,
+            ),
+        )
+        .await;
         let step = match &undone {
             Ok(Ok(Step::Done)) => "done",
             Ok(Ok(Step::NoMatch)) => "no_match",
             Ok(Ok(Step::Paid)) => "paid",
-            Ok(Err(_)) | Err(()) => "failed",
+            Ok(Err(_)) | Err(_) => "failed",
         };
         self.api.metrics.undo(failed.as_str(), step);
         if let Some(key) = copy_key {

@@ -46,9 +46,6 @@ pub async fn invoke(
     let event: StreamEvent =
         serde_json::from_value(payload).map_err(|e| InvokeError::NotAStreamEvent(e.to_string()))?;
     let records = event.records().map_err(InvokeError::MalformedRecord)?;
-    if records.is_empty() {
-        return Ok(event.failure(None));
-    }
     let failed_at = handler.handle_batch(&records).await;
     if let Some(seq) = failed_at {
         tracing::warn!(

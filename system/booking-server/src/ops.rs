@@ -533,37 +533,26 @@ pub async fn audit(
         &status_problems,
     ));
     let since = server.reset_at_ms.load(Ordering::SeqCst);
-    let mut shown_open = Vec::new();
-    let mut generated = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut landed = Vec::new();
     for w in server.embedded.sink.writes() {
         if w.at_ms < since {
             continue;
         }
-        let Ok(doc) = StatusDocument::from_json(&w.document) else {
-            shown_open.push(format!("unreadable document at {}", w.at_ms));
-            continue;
-        };
-        if &doc.sale != sale {
-            continue;
-        }
-        generated.push(doc.generated_at_ms);
-        for l in doc.shows_full_level_open() {
-            shown_open.push(format!(
-                "at {}: {} open with {}/{}",
-                w.at_ms, l.level, l.taken, l.cap
-            ));
+        match StatusDocument::from_json(&w.document) {
+            Ok(doc) if &doc.sale == sale => landed.push((w.at_ms, doc)),
+            Ok(_) => {}
+            Err(_) => unreadable.push(format!("unreadable document at {}", w.at_ms)),
         }
     }
+    let (mut shown_open, unordered) = booking::status::landed_problems(&landed);
+    shown_open.extend(unreadable);
     invariants.push(Invariant::at_most(
         "status_never_showed_full_level_open",
         shown_open.len() as u64,
         0,
         &shown_open,
     ));
-    let unordered: Vec<String> = booking::status::writes_out_of_read_order(generated)
-        .into_iter()
-        .map(|(i, g, newest)| format!("write {i}: read at {g}, after a write read at {newest}"))
-        .collect();
     invariants.push(Invariant::at_most(
         "status_writes_in_read_order",
         unordered.len() as u64,

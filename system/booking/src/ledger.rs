@@ -125,6 +125,25 @@ pub enum LedgerError {
 /// `unguarded_undo` is what happens without the guard).
 pub const UNDO_ATTEMPTS: u32 = 2;
 
+/// `undo_admission`, tried up to [`UNDO_ATTEMPTS`] times while it fails:
+/// the API's undo and the simulation's. The caller bounds it with its own
+/// deadline.
+pub async fn undo_admission_retried(
+    ledger: &dyn Ledger,
+    sale: &SaleId,
+    candidate: &CandidateHash,
+    token: &RequestToken,
+) -> Result<Step, LedgerError> {
+    let mut answer = ledger.undo_admission(sale, candidate, token).await;
+    for _ in 1..UNDO_ATTEMPTS {
+        if answer.is_ok() {
+            break;
+        }
+        answer = ledger.undo_admission(sale, candidate, token).await;
+    }
+    answer
+}
+
 /// The seat ledger. Every method is one atomic step.
 #[async_trait]
 pub trait Ledger: Send + Sync + std::fmt::Debug {

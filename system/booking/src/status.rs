@@ -188,6 +188,27 @@ pub fn writes_out_of_read_order(
     out
 }
 
+/// What the audit finds in documents as they landed, `(landed_at_ms,
+/// document)` in landing order: the levels shown open although full
+/// ([`StatusDocument::shows_full_level_open`]), and the writes built from an
+/// older read than the one before them ([`writes_out_of_read_order`]), each
+/// as a line for a report.
+pub fn landed_problems(landed: &[(u64, StatusDocument)]) -> (Vec<String>, Vec<String>) {
+    let shown_open = landed
+        .iter()
+        .flat_map(|(at_ms, d)| {
+            d.shows_full_level_open()
+                .into_iter()
+                .map(move |l| format!("at {at_ms}: {} open with {}/{}", l.level, l.taken, l.cap))
+        })
+        .collect();
+    let unordered = writes_out_of_read_order(landed.iter().map(|(_, d)| d.generated_at_ms))
+        .into_iter()
+        .map(|(i, g, newest)| format!("write {i}: read at {g}, after a write read at {newest}"))
+        .collect();
+    (shown_open, unordered)
+}
+
 /// Which status latches are set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Latches {
