@@ -37,24 +37,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use booking::SeededEntropy;
 use booking::Settings;
-use booking::coordination::keys;
-use booking::gateway::{CreatePayment, GatewayPaymentState, PaymentGateway, codes};
-use booking::ledger::{Admission, Ledger, Step};
-use booking::notify::{Alert, Alerts, Mailer};
+use booking::gateway::{GatewayPaymentState, PaymentGateway, codes};
+use booking::ledger::Ledger;
+use booking::notify::{Alerts, Mailer};
 use booking::queue::Queue;
 use booking::records::{ChangeStream, ConfirmPath, RecordStatus, RecordStore};
 use booking::status::{StatusDocument, StatusWriter};
-use booking::{Bugs, CandidateHash, Clock, Coordination, Level, PaymentId, RequestToken, SaleId};
+use booking::{Bugs, CandidateHash, Clock, Coordination, Level, PaymentId, SaleId};
 use booking_embedded::coordination::EmbeddedCoordination;
 use booking_embedded::ledger::EmbeddedLedger;
 use booking_embedded::outputs::{AlertLog, ObjectSink, OutboxMailer};
 use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
 use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
+use booking_service::admission::{self, BookAnswer, PathEvents, Refusal};
 use booking_service::confirm::{ConfirmPorts, MarkPaidOutcome, PaidRequest, mark_paid};
 use booking_service::expiry::ExpiryHandler;
 use booking_service::reconciler::{Reconciler, ReconcilerConfig, ReconcilerPorts};
-use booking_service::worker::{AdmissionMessage, Worker, WorkerConfig};
+use booking_service::stack::{Stack, WebhookTrust};
+use booking_service::worker::{Worker, WorkerConfig};
 use parking_lot::Mutex;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -84,9 +86,6 @@ pub const ARTICLE_CAPS: [u32; 6] = [6_000, 5_000, 4_000, 3_000, 1_700, 1_000];
 
 /// The article's candidates.
 pub const ARTICLE_CANDIDATES: usize = 40_000;
-
-/// Time kept back from the request deadline for the undo (as the API does).
-const UNDO_RESERVE: Duration = Duration::from_millis(500);
 
 /// How long the webhook sender retries a refused delivery, and how often.
 const WEBHOOK_RETRIES: u32 = 5;
@@ -347,8 +346,6 @@ struct Ctx {
     // the ports the components use: faults, then the recording layers
     ledger: Arc<RecordingLedger>,
     records: Arc<FaultyRecords>,
-    queue: Arc<dyn Queue>,
-    coordination: Arc<dyn Coordination>,
     gateway: Arc<dyn PaymentGateway>,
     mailer: Arc<dyn Mailer>,
     alerts: Arc<dyn Alerts>,
@@ -361,6 +358,9 @@ struct Ctx {
     /// Confirmations of a live booking whose message the worker had
     /// finished, refused because another payment's HELD record stood there.
     shadowed: Mutex<Vec<String>>,
+    /// The sale's ports as one instance sees them: what the request path,
+    /// the callback and the webhook run over.
+    stack: Stack,
     // what is going on
     live: AtomicU64,
     requests: AtomicU64,
@@ -402,6 +402,26 @@ fn uniform_ms(rng: &mut ChaCha8Rng, lo: Duration, hi: Duration) -> Duration {
     Duration::from_millis(rng.gen_range(lo..=hi.max(lo)))
 }
 
+/// What the sim hears from the request path: the instance's status writer is
+/// poked, admitted bookings are remembered for the end state.
+struct SimEvents<'a> {
+    ctx: &'a Ctx,
+    candidate: &'a CandidateHash,
+}
+
+impl PathEvents for SimEvents<'_> {
+    fn held(&self, booking: &booking::AdmittedBooking) {
+        self.ctx
+            .bookings
+            .lock()
+            .push((booking.candidate.clone(), booking.payment_id.clone()));
+    }
+
+    fn counters_changed(&self) {
+        self.ctx.poke(self.candidate);
+    }
+}
+
 impl Ctx {
     fn now(&self) -> u64 {
         self.clock.now_ms()
@@ -432,144 +452,26 @@ impl Ctx {
         }
     }
 
-    /// `POST /bookings`, on the ports.
-    async fn admit(
-        &self,
-        candidate: &CandidateHash,
-        level: &Level,
-        token: RequestToken,
-    ) -> Admitted {
+    /// `POST /bookings`: the API's own request path
+    /// ([`booking_service::admission::book`]) over the sale's stack.
+    async fn admit(&self, candidate: &CandidateHash, level: &Level) -> Admitted {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let settings = &self.config.settings;
-        let deadline = Instant::now() + settings.request_deadline;
-        let work_until = deadline - UNDO_RESERVE.min(settings.request_deadline / 4);
-        let request_ms = self.now();
-        match tokio::time::timeout_at(
-            work_until,
-            self.ledger
-                .admit(&self.sale, candidate, level, &token, request_ms),
-        )
-        .await
-        {
-            Ok(Ok(Admission::Admitted { .. })) => {}
-            Ok(Ok(Admission::LevelFull)) => {
-                self.poke(candidate);
-                return Admitted::Full;
-            }
-            Ok(Ok(Admission::AlreadyHolding { .. })) => return Admitted::Holding,
-            Ok(Ok(Admission::AlreadyPaid { .. })) => return Admitted::Paid,
-            Ok(Ok(_)) => return Admitted::Refused,
-            Ok(Err(_)) | Err(_) => return self.undo(candidate, &token, deadline, None).await,
-        }
-        let request = CreatePayment {
-            invoice: format!("{}-{candidate}-{request_ms}", self.sale),
-            amount: "500".into(),
-            payer_reference: candidate.as_str()[..16].to_owned(),
-            callback_url: "https://sim.api/payment/callback".into(),
+        let deadline = Instant::now() + self.config.settings.request_deadline;
+        let events = SimEvents {
+            ctx: self,
+            candidate,
         };
-        let left = work_until.saturating_duration_since(Instant::now());
-        let created =
-            match tokio::time::timeout_at(work_until, self.gateway.create(&request, left)).await {
-                Ok(Ok(created)) => created,
-                Ok(Err(_)) | Err(_) => return self.undo(candidate, &token, deadline, None).await,
-            };
-        let payment = created.payment_id;
-        let deadline_ms = self.now().saturating_add(settings.hold.as_millis() as u64);
-        match tokio::time::timeout_at(
-            work_until,
-            self.ledger
-                .attach_payment(&self.sale, candidate, &token, &payment, deadline_ms),
-        )
-        .await
-        {
-            Ok(Ok(Step::Done)) => {}
-            _ => return self.undo(candidate, &token, deadline, None).await,
+        match admission::book(&self.stack, &events, candidate, level, deadline).await {
+            BookAnswer::Admitted { booking, .. } => Admitted::Held {
+                payment: booking.payment_id,
+                deadline_ms: booking.deadline_ms,
+            },
+            BookAnswer::AlreadyHolding { .. } => Admitted::Holding,
+            BookAnswer::Refused(Refusal::AlreadyPaid) => Admitted::Paid,
+            BookAnswer::Refused(Refusal::LevelFull) => Admitted::Full,
+            BookAnswer::Refused(_) => Admitted::Refused,
+            BookAnswer::Busy { .. } => Admitted::Busy,
         }
-        let message = AdmissionMessage {
-            candidate: candidate.clone(),
-            sale: self.sale.clone(),
-            level: level.clone(),
-            payment_id: payment.clone(),
-            token: Some(token.clone()),
-            request_ms,
-            deadline_ms,
-        };
-        let copy_key = keys::booking_copy("sim", &self.sale, &payment);
-        let Ok(copy) = serde_json::to_string(&message) else {
-            return self.undo(candidate, &token, deadline, None).await;
-        };
-        let ttl = settings.hold + settings.booking_copy_slack;
-        match tokio::time::timeout_at(
-            work_until,
-            self.coordination.set(&copy_key, &copy, Some(ttl)),
-        )
-        .await
-        {
-            Ok(Ok(())) => {}
-            _ => {
-                return self
-                    .undo(candidate, &token, deadline, Some(&copy_key))
-                    .await;
-            }
-        }
-        let Ok(message) = message.to_message() else {
-            return self
-                .undo(candidate, &token, deadline, Some(&copy_key))
-                .await;
-        };
-        match tokio::time::timeout_at(work_until, self.queue.send(message)).await {
-            Ok(Ok(_)) => {}
-            _ => {
-                return self
-                    .undo(candidate, &token, deadline, Some(&copy_key))
-                    .await;
-            }
-        }
-        self.bookings
-            .lock()
-            .push((candidate.clone(), payment.clone()));
-        self.poke(candidate);
-        Admitted::Held {
-            payment,
-            deadline_ms,
-        }
-    }
-
-    /// The API's undo: by the token, before the answer; a failed undo alerts.
-    async fn undo(
-        &self,
-        candidate: &CandidateHash,
-        token: &RequestToken,
-        deadline: Instant,
-        copy_key: Option<&str>,
-    ) -> Admitted {
-        // as the API: a failed undo is tried once more (the token guards it)
-        let undone = tokio::time::timeout_at(
-            deadline,
-            booking::ledger::undo_admission_retried(
-                self.ledger.as_ref(),
-                &self.sale,
-                candidate,
-                token,
-            ),
-        )
-        .await;
-        if let Some(key) = copy_key {
-            let _ = tokio::time::timeout_at(deadline, self.coordination.delete(key)).await;
-        }
-        self.poke(candidate);
-        if !matches!(undone, Ok(Ok(_))) {
-            let alert = Alert {
-                kind: "undo_failed".into(),
-                detail: format!("the admission of request {token} could not be undone"),
-                candidate: Some(candidate.clone()),
-                payment_id: None,
-            };
-            if let Err(e) = self.alerts.raise(alert).await {
-                tracing::warn!(error = %e, "undo_failed alert lost");
-            }
-        }
-        Admitted::Busy
     }
 
     /// One confirm path: `mark_paid`, recorded as the client saw it.
@@ -771,12 +673,7 @@ impl Ctx {
         let mut rebooks = 1u32;
         let mut rebooking = false;
         for attempt in 0..12u32 {
-            let Ok(token) =
-                RequestToken::parse(&format!("s{}-a{arrival}-t{attempt}", self.config.seed))
-            else {
-                return;
-            };
-            let answer = self.admit(candidate, &self.levels[level], token).await;
+            let answer = self.admit(candidate, &self.levels[level]).await;
             let pause = match answer {
                 Admitted::Held {
                     payment,
@@ -1052,7 +949,33 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         })
         .collect();
 
+    let stack = Stack {
+        sale: sale.clone(),
+        prefix: "sim".into(),
+        settings: settings.clone(),
+        prices: levels
+            .iter()
+            .map(|l| (l.clone(), "500".to_owned()))
+            .collect(),
+        public_url: "https://sim.api".into(),
+        ledger: ledger.clone(),
+        records: records.clone(),
+        stream: records.clone(),
+        queue: queue.clone(),
+        coordination: coordination.clone(),
+        gateway: gateway.clone(),
+        mailer: mailer.clone(),
+        alerts: alerts.clone(),
+        status_sink: sink.clone(),
+        clock: clock.clone(),
+        entropy: Arc::new(SeededEntropy::new(config.seed)),
+        webhook_trust: WebhookTrust {
+            cert_urls: sns::CertUrlPolicy::none(),
+            topics: sns::TopicPolicy::any(),
+        },
+    };
     let ctx = Arc::new(Ctx {
+        stack,
         config: config.clone(),
         sale: sale.clone(),
         levels,
@@ -1067,8 +990,6 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         sim_gateway,
         ledger: ledger.clone(),
         records: records.clone(),
-        queue: queue.clone(),
-        coordination: coordination.clone(),
         gateway: gateway.clone(),
         mailer: mailer.clone(),
         alerts: alerts.clone(),

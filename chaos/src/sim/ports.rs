@@ -596,9 +596,7 @@ impl booking::queue::Queue for TrackingQueue {
         let got = self.inner.receive(max, wait).await?;
         let mut receipts = self.receipts.lock();
         for r in &got {
-            if let Ok(m) =
-                serde_json::from_str::<booking_service::worker::AdmissionMessage>(&r.message.body)
-            {
+            if let Ok(m) = serde_json::from_str::<booking::AdmittedBooking>(&r.message.body) {
                 receipts.insert(r.receipt.0.clone(), m.payment_id);
             }
         }

@@ -3,21 +3,12 @@
 //!
 //! # The request path
 //!
-//! Admit (one atomic ledger step, under a random [`RequestToken`]) → create the
-//! payment at the gateway → attach it to the hold (pending → held, deadline =
-//! now + hold) → keep the [`BookingCopy`] in coordination storage (TTL = hold +
-//! `booking_copy_slack`) → enqueue the [`AdmissionMessage`] → `201`. Nothing
-//! durable happens on the way besides the queue send. If create, attach, the
-//! copy or the enqueue fails (or the admission itself gives no answer), the
-//! admission is undone by its token **before** the answer, the copy (if
-//! written) is deleted so no callback can confirm a released seat, and the
-//! client gets `503 busy` with `Retry-After`. A failed undo raises an alert
-//! (`undo_failed`); a pending hold left behind is the reconciler's to clean.
-//!
-//! The path runs in its own task: a client that hangs up does not cancel it
-//! half-way (which would leave a seat counted with nobody to undo it). Each
-//! step gets what is left of the request deadline minus [`UNDO_RESERVE`], kept
-//! back so the undo can still run before the deadline.
+//! `booking_service::admission::book`, below HTTP (the simulator runs the
+//! same function): admit → create the payment → attach → booking copy →
+//! enqueue, undone by its token before any failure answer. This module parses
+//! the request, runs the path in its own task (a client that hangs up does
+//! not cancel it half-way, which would leave a seat counted with nobody to
+//! undo it) and maps its answer to a status code.
 //!
 //! # The request
 //!
@@ -46,13 +37,13 @@
 //! # The invoice number
 //!
 //! `merchantInvoiceNumber` = `<sale>-<candidate hash, 64 hex>-<request ms>`
-//! ([`invoice_number`], read back by [`parse_invoice`]): unique per admission,
+//! ([`booking::invoice_number`], read back by [`booking::parse_invoice`]): unique per admission,
 //! and it names the booking record's key (the candidate hash), so the webhook
 //! finds the booking from the invoice alone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -61,25 +52,21 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use booking::coordination::keys;
-use booking::gateway::{CreatePayment, GatewayError};
-use booking::ledger::{Admission, HoldState, Step};
-use booking::notify::Alert;
 use booking::status::{StatusDocument, StatusWriter};
-use booking::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
-use booking_service::worker::AdmissionMessage;
+use booking::{AdmittedBooking, CandidateHash, Level, PaymentId, SaleId};
+use booking_service::admission::{self, BookAnswer, PathEvents, Refusal};
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
 use crate::answers::{self, busy};
 use crate::metrics::ApiMetrics;
-use crate::{BookingCopy, Stack, openapi};
+use crate::{Stack, openapi};
 
 /// The largest request body, bytes: a booking is two short strings.
 pub const BODY_BYTES_MAX: usize = 16 * 1024;
 /// The longest raw candidate identifier, bytes.
 pub const RAW_CANDIDATE_LEN_MAX: usize = 256;
-/// Time kept back from the request deadline for undoing a failed admission.
-pub const UNDO_RESERVE: Duration = Duration::from_millis(500);
+pub use booking_service::admission::UNDO_RESERVE;
 /// Pokes of the status writer from one instance are at least this far apart
 /// during a burst (the document's own throttle is 2 s; this only keeps the
 /// poke loop from spinning on every admission).
@@ -159,19 +146,6 @@ pub struct BookingView {
     pub redirect_url: Option<String>,
 }
 
-/// What is kept at `keys::booking_copy`: the [`BookingCopy`] (whose readers
-/// ignore extra fields) plus the checkout URL, so a duplicate booking request
-/// can send the payer back to the same payment page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredCopy {
-    /// The copy itself.
-    #[serde(flatten)]
-    pub copy: BookingCopy,
-    /// The gateway's checkout URL of the payment.
-    #[serde(default)]
-    pub redirect_url: Option<String>,
-}
-
 /// The candidate named by a request: a 64-hex-digit hash as it is, anything
 /// else hashed as a raw identifier.
 pub fn candidate_hash(candidate: &str) -> Result<CandidateHash, String> {
@@ -192,37 +166,11 @@ pub fn candidate_hash(candidate: &str) -> Result<CandidateHash, String> {
     Ok(CandidateHash::of(candidate))
 }
 
-/// The merchant invoice number of an admission:
-/// `<sale>-<candidate hash>-<request ms>` (at most 126 characters).
-pub fn invoice_number(sale: &SaleId, candidate: &CandidateHash, request_ms: u64) -> String {
-    format!("{sale}-{candidate}-{request_ms}")
-}
-
-/// Reads an [`invoice_number`] back: the sale, the candidate and the request ms.
-pub fn parse_invoice(invoice: &str) -> Option<(SaleId, CandidateHash, u64)> {
-    let (rest, ms) = invoice.rsplit_once('-')?;
-    let (sale, candidate) = rest.rsplit_once('-')?;
-    let request_ms = ms.parse().ok()?;
-    if ms.starts_with('+') {
-        return None;
-    }
-    Some((
-        SaleId::parse(sale).ok()?,
-        CandidateHash::parse(candidate).ok()?,
-        request_ms,
-    ))
-}
-
 /// A deadline in RFC 3339, UTC, to the millisecond.
 pub fn rfc3339(ms: u64) -> Option<String> {
     let ms = i64::try_from(ms).ok()?;
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-}
-
-/// A random request token: 128 bits in hex (always a valid token).
-fn new_token() -> Option<RequestToken> {
-    RequestToken::parse(&format!("{:032x}", rand::random::<u128>())).ok()
 }
 
 /// A request the path never sees: `400 bad_request` or `413 payload_too_large`.
@@ -268,50 +216,87 @@ fn parse_request(body: Result<Bytes, BytesRejection>) -> Result<(CandidateHash, 
     Ok((candidate, level))
 }
 
-/// What the request path decided.
-#[derive(Debug)]
-enum Answer {
-    Admitted(BookingView),
-    Holding(BookingView),
-    Refused {
-        status: StatusCode,
-        code: &'static str,
-        message: String,
-    },
-    Busy(String),
+/// The HTTP side of what the request path hears: the API's counters and
+/// this instance's status poker.
+struct HttpEvents<'a> {
+    stack: &'a Arc<Stack>,
+    api: &'a Arc<ApiState>,
 }
 
-impl Answer {
-    fn outcome(&self) -> &'static str {
-        match self {
-            Answer::Admitted(_) => "admitted",
-            Answer::Holding(_) => "already_holding",
-            Answer::Refused { code, .. } => code,
-            Answer::Busy(_) => "busy",
-        }
+impl PathEvents for HttpEvents<'_> {
+    fn gateway_call(&self, op: &'static str, error: Option<&'static str>) {
+        self.api.metrics.gateway_call(op, error);
+    }
+
+    fn undo(&self, failed: &'static str, step: &'static str) {
+        self.api.metrics.undo(failed, step);
+    }
+
+    fn held(&self, _booking: &AdmittedBooking) {
+        self.api.metrics.holds.inc();
+    }
+
+    fn counters_changed(&self) {
+        self.api.status.poke(self.stack, &self.api.instance);
     }
 }
 
-impl IntoResponse for Answer {
-    fn into_response(self) -> Response {
-        match self {
-            Answer::Admitted(view) => (StatusCode::CREATED, Json(view)).into_response(),
-            Answer::Holding(view) => (StatusCode::OK, Json(view)).into_response(),
-            Answer::Refused {
-                status,
-                code,
-                message,
-            } => answers::error(status, code, message),
-            Answer::Busy(message) => busy(message),
-        }
+/// The booking in an answer.
+fn view(outcome: &str, candidate: &CandidateHash, level: &Level) -> BookingView {
+    BookingView {
+        outcome: outcome.into(),
+        candidate_hash: candidate.clone(),
+        level: level.clone(),
+        status: "PENDING".into(),
+        payment_id: None,
+        deadline_ms: None,
+        deadline: None,
+        redirect_url: None,
     }
 }
 
-fn refused(status: StatusCode, code: &'static str, message: &str) -> Answer {
-    Answer::Refused {
-        status,
-        code,
-        message: message.to_owned(),
+/// The path's answer as HTTP.
+fn respond(candidate: &CandidateHash, answer: BookAnswer) -> Response {
+    match answer {
+        BookAnswer::Admitted {
+            booking,
+            redirect_url,
+        } => {
+            let view = BookingView {
+                status: "HELD".into(),
+                payment_id: Some(booking.payment_id),
+                deadline_ms: Some(booking.deadline_ms),
+                deadline: rfc3339(booking.deadline_ms),
+                redirect_url: Some(redirect_url),
+                ..view("admitted", candidate, &booking.level)
+            };
+            (StatusCode::CREATED, Json(view)).into_response()
+        }
+        BookAnswer::AlreadyHolding { level, held } => {
+            let mut view = view("already_holding", candidate, &level);
+            if let Some(held) = held {
+                view.status = "HELD".into();
+                view.payment_id = Some(held.payment_id);
+                view.deadline_ms = Some(held.deadline_ms);
+                view.deadline = rfc3339(held.deadline_ms);
+                view.redirect_url = held.redirect_url;
+            }
+            (StatusCode::OK, Json(view)).into_response()
+        }
+        BookAnswer::Refused(refusal) => {
+            let status = match refusal {
+                Refusal::LevelFull | Refusal::SaleClosed | Refusal::AlreadyPaid => {
+                    StatusCode::CONFLICT
+                }
+                Refusal::NotEligible => StatusCode::FORBIDDEN,
+                Refusal::UnknownLevel => StatusCode::NOT_FOUND,
+            };
+            answers::error(status, refusal.code(), refusal.message().to_owned())
+        }
+        BookAnswer::Busy { failed, .. } => busy(format!(
+            "could not hold a seat ({} failed); nothing is held, try again",
+            failed.as_str()
+        )),
     }
 }
 
@@ -330,12 +315,22 @@ async fn create_booking(
     };
     let deadline = started + stack.settings.request_deadline;
     // the path runs to its end (or its undo) even if this future is dropped
-    let task = tokio::spawn(book(stack.clone(), api.clone(), candidate, level, deadline));
-    let answer = match tokio::time::timeout_at(deadline.into(), task).await {
+    let task = {
+        let (stack, api, candidate) = (stack.clone(), api.clone(), candidate.clone());
+        tokio::spawn(async move {
+            let events = HttpEvents {
+                stack: &stack,
+                api: &api,
+            };
+            admission::book(&stack, &events, &candidate, &level, deadline).await
+        })
+    };
+    let answer = match tokio::time::timeout_at(deadline, task).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(join)) => {
             tracing::error!(error = %join, "the booking task failed");
-            Answer::Busy("internal failure; nothing is held, try again".into())
+            api.metrics.outcome("busy");
+            return busy("internal failure; nothing is held, try again");
         }
         Err(_) => {
             api.metrics.deadline("/bookings");
@@ -345,387 +340,7 @@ async fn create_booking(
     };
     api.metrics.outcome(answer.outcome());
     api.metrics.latency.observe(started.elapsed().as_secs_f64());
-    answer.into_response()
-}
-
-/// Which step of the path failed, for the undo's metric.
-#[derive(Debug, Clone, Copy)]
-enum Failed {
-    Admit,
-    Create,
-    Attach,
-    Copy,
-    Enqueue,
-}
-
-impl Failed {
-    fn as_str(self) -> &'static str {
-        match self {
-            Failed::Admit => "admit",
-            Failed::Create => "create",
-            Failed::Attach => "attach",
-            Failed::Copy => "copy",
-            Failed::Enqueue => "enqueue",
-        }
-    }
-}
-
-/// One admission, from the ledger to the queue.
-struct Booking {
-    stack: Arc<Stack>,
-    api: Arc<ApiState>,
-    candidate: CandidateHash,
-    level: Level,
-    token: RequestToken,
-    /// The end of the request.
-    deadline: Instant,
-    /// The end of the work before the undo reserve.
-    work_until: Instant,
-}
-
-async fn book(
-    stack: Arc<Stack>,
-    api: Arc<ApiState>,
-    candidate: CandidateHash,
-    level: Level,
-    deadline: Instant,
-) -> Answer {
-    let reserve = UNDO_RESERVE.min(stack.settings.request_deadline / 4);
-    let work_until = deadline.checked_sub(reserve).unwrap_or(deadline);
-    let Some(token) = new_token() else {
-        return Answer::Busy("no request token".into());
-    };
-    let booking = Booking {
-        stack,
-        api,
-        candidate,
-        level,
-        token,
-        deadline,
-        work_until,
-    };
-    booking.run().await
-}
-
-impl Booking {
-    fn left(&self) -> Duration {
-        self.work_until.saturating_duration_since(Instant::now())
-    }
-
-    /// Runs `f` until the work deadline; `None` if it passed.
-    async fn timed<T>(&self, f: impl Future<Output = T>) -> Option<T> {
-        tokio::time::timeout_at(self.work_until.into(), f)
-            .await
-            .ok()
-    }
-
-    async fn run(self) -> Answer {
-        let stack = self.stack.clone();
-        if !stack.prices.contains_key(&self.level) {
-            return refused(
-                StatusCode::NOT_FOUND,
-                "unknown_level",
-                "this sale has no such level",
-            );
-        }
-        let request_ms = stack.clock.now_ms();
-        let admitted = self
-            .timed(stack.ledger.admit(
-                &stack.sale,
-                &self.candidate,
-                &self.level,
-                &self.token,
-                request_ms,
-            ))
-            .await;
-        match admitted {
-            Some(Ok(Admission::Admitted { .. })) => {}
-            Some(Ok(refusal)) => return self.refusal(refusal).await,
-            Some(Err(e)) => return self.undo(Failed::Admit, None, &e.to_string()).await,
-            None => return self.undo(Failed::Admit, None, "the ledger timed out").await,
-        }
-        self.api.status.poke(&stack, &self.api.instance);
-
-        // create the payment
-        let Some(amount) = stack.prices.get(&self.level).cloned() else {
-            return self.undo(Failed::Create, None, "no price").await;
-        };
-        let request = CreatePayment {
-            invoice: invoice_number(&stack.sale, &self.candidate, request_ms),
-            amount,
-            payer_reference: self.candidate.as_str()[..16].to_owned(),
-            callback_url: format!(
-                "{}/payment/callback",
-                stack.public_url.trim_end_matches('/')
-            ),
-        };
-        let created = self
-            .timed(stack.gateway.create(&request, self.left()))
-            .await;
-        let created = match created {
-            Some(Ok(created)) => {
-                self.api.metrics.gateway_call("create", None);
-                created
-            }
-            Some(Err(e)) => {
-                self.api
-                    .metrics
-                    .gateway_call("create", Some(gateway_error_kind(&e)));
-                return self.undo(Failed::Create, None, &e.to_string()).await;
-            }
-            None => {
-                self.api.metrics.gateway_call("create", Some("deadline"));
-                return self
-                    .undo(Failed::Create, None, "the gateway timed out")
-                    .await;
-            }
-        };
-        let payment = created.payment_id.clone();
-
-        // attach it: pending → held until the deadline
-        let deadline_ms = stack
-            .clock
-            .now_ms()
-            .saturating_add(stack.settings.hold.as_millis() as u64);
-        let attached = self
-            .timed(stack.ledger.attach_payment(
-                &stack.sale,
-                &self.candidate,
-                &self.token,
-                &payment,
-                deadline_ms,
-            ))
-            .await;
-        match attached {
-            Some(Ok(Step::Done)) => {}
-            Some(Ok(step)) => {
-                let why = format!("the hold could not take the payment ({step:?})");
-                return self.undo(Failed::Attach, None, &why).await;
-            }
-            Some(Err(e)) => return self.undo(Failed::Attach, None, &e.to_string()).await,
-            None => {
-                return self
-                    .undo(Failed::Attach, None, "the ledger timed out")
-                    .await;
-            }
-        }
-
-        // keep the copy for a payer faster than the worker
-        let stored = StoredCopy {
-            copy: BookingCopy {
-                candidate: self.candidate.clone(),
-                sale: stack.sale.clone(),
-                level: self.level.clone(),
-                payment_id: payment.clone(),
-                signature: created.signature.clone(),
-                token: self.token.clone(),
-                request_ms,
-                deadline_ms,
-            },
-            redirect_url: Some(created.bkash_url.clone()),
-        };
-        let copy_key = keys::booking_copy(&stack.prefix, &stack.sale, &payment);
-        let json = match serde_json::to_string(&stored) {
-            Ok(json) => json,
-            Err(e) => return self.undo(Failed::Copy, None, &e.to_string()).await,
-        };
-        let ttl = stack.settings.hold + stack.settings.booking_copy_slack;
-        match self
-            .timed(stack.coordination.set(&copy_key, &json, Some(ttl)))
-            .await
-        {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
-                return self
-                    .undo(Failed::Copy, Some(&copy_key), &e.to_string())
-                    .await;
-            }
-            None => {
-                return self
-                    .undo(Failed::Copy, Some(&copy_key), "coordination timed out")
-                    .await;
-            }
-        }
-
-        // enqueue: the worker writes the HELD record
-        let message = AdmissionMessage {
-            candidate: self.candidate.clone(),
-            sale: stack.sale.clone(),
-            level: self.level.clone(),
-            payment_id: payment.clone(),
-            token: Some(self.token.clone()),
-            request_ms,
-            deadline_ms,
-        };
-        let message = match message.to_message() {
-            Ok(message) => message,
-            Err(e) => {
-                return self
-                    .undo(Failed::Enqueue, Some(&copy_key), &e.to_string())
-                    .await;
-            }
-        };
-        match self.timed(stack.queue.send(message)).await {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                return self
-                    .undo(Failed::Enqueue, Some(&copy_key), &e.to_string())
-                    .await;
-            }
-            None => {
-                return self
-                    .undo(Failed::Enqueue, Some(&copy_key), "the queue timed out")
-                    .await;
-            }
-        }
-        self.api.metrics.holds.inc();
-        Answer::Admitted(BookingView {
-            outcome: "admitted".into(),
-            candidate_hash: self.candidate.clone(),
-            level: self.level.clone(),
-            status: "HELD".into(),
-            payment_id: Some(payment),
-            deadline_ms: Some(deadline_ms),
-            deadline: rfc3339(deadline_ms),
-            redirect_url: Some(created.bkash_url),
-        })
-    }
-
-    /// Undoes this request's admission (and deletes its copy), then answers busy.
-    async fn undo(&self, failed: Failed, copy_key: Option<&str>, why: &str) -> Answer {
-        let stack = &self.stack;
-        tracing::warn!(
-            candidate = %self.candidate,
-            step = failed.as_str(),
-            why,
-            "undoing the admission"
-        );
-        // an undo whose answer was lost is tried once more: it is guarded by
-        // the token, so a repeat that finds the hold gone changes nothing
-        let undone = tokio::time::timeout_at(
-            self.deadline.into(),
-            booking::ledger::undo_admission_retried(
-                stack.ledger.as_ref(),
-                &stack.sale,
-                &self.candidate,
-                &self.token,
-            ),
-        )
-        .await;
-        let step = match &undone {
-            Ok(Ok(Step::Done)) => "done",
-            Ok(Ok(Step::NoMatch)) => "no_match",
-            Ok(Ok(Step::Paid)) => "paid",
-            Ok(Err(_)) | Err(_) => "failed",
-        };
-        self.api.metrics.undo(failed.as_str(), step);
-        if let Some(key) = copy_key {
-            let deleted =
-                tokio::time::timeout_at(self.deadline.into(), stack.coordination.delete(key)).await;
-            if !matches!(deleted, Ok(Ok(_))) {
-                tracing::warn!(
-                    key,
-                    "could not delete the booking copy of an undone admission"
-                );
-            }
-        }
-        if step == "failed" {
-            // the hold stays counted: the reconciler cleans a pending one, a
-            // human looks at the rest
-            let alerts = stack.alerts.clone();
-            let alert = Alert {
-                kind: "undo_failed".into(),
-                detail: format!(
-                    "the admission of request {} failed at {} ({why}) and could not be undone",
-                    self.token,
-                    failed.as_str()
-                ),
-                candidate: Some(self.candidate.clone()),
-                payment_id: None,
-            };
-            tokio::spawn(async move {
-                if let Err(e) = alerts.raise(alert).await {
-                    tracing::error!(error = %e, "could not raise an alert");
-                }
-            });
-        } else {
-            self.api.status.poke(stack, &self.api.instance);
-        }
-        Answer::Busy(format!(
-            "could not hold a seat ({} failed); nothing is held, try again",
-            failed.as_str()
-        ))
-    }
-
-    /// The answer to a refused admission.
-    async fn refusal(&self, admission: Admission) -> Answer {
-        match admission {
-            Admission::LevelFull => refused(
-                StatusCode::CONFLICT,
-                "level_full",
-                "every seat of this level is taken",
-            ),
-            Admission::SaleClosed => {
-                refused(StatusCode::CONFLICT, "sale_closed", "the sale is not open")
-            }
-            Admission::NotEligible => refused(
-                StatusCode::FORBIDDEN,
-                "not_eligible",
-                "this candidate is not on the list",
-            ),
-            Admission::UnknownLevel => refused(
-                StatusCode::NOT_FOUND,
-                "unknown_level",
-                "this sale has no such level",
-            ),
-            Admission::AlreadyPaid { .. } => refused(
-                StatusCode::CONFLICT,
-                "already_paid",
-                "this candidate has paid for a seat already",
-            ),
-            Admission::AlreadyHolding { hold } => {
-                let mut view = BookingView {
-                    outcome: "already_holding".into(),
-                    candidate_hash: self.candidate.clone(),
-                    level: hold.level.clone(),
-                    status: "PENDING".into(),
-                    payment_id: None,
-                    deadline_ms: None,
-                    deadline: None,
-                    redirect_url: None,
-                };
-                if let HoldState::Held {
-                    payment_id,
-                    deadline_ms,
-                } = hold.state
-                {
-                    let key = keys::booking_copy(&self.stack.prefix, &self.stack.sale, &payment_id);
-                    if let Some(Ok(Some(json))) =
-                        self.timed(self.stack.coordination.get(&key)).await
-                    {
-                        view.redirect_url = serde_json::from_str::<StoredCopy>(&json)
-                            .ok()
-                            .and_then(|c| c.redirect_url);
-                    }
-                    view.status = "HELD".into();
-                    view.payment_id = Some(payment_id);
-                    view.deadline_ms = Some(deadline_ms);
-                    view.deadline = rfc3339(deadline_ms);
-                }
-                Answer::Holding(view)
-            }
-            Admission::Admitted { .. } => Answer::Busy("unexpected admission".into()),
-        }
-    }
-}
-
-fn gateway_error_kind(e: &GatewayError) -> &'static str {
-    match e {
-        GatewayError::Timeout => "timeout",
-        GatewayError::Refused { .. } => "refused",
-        GatewayError::Unavailable(_) => "unavailable",
-        GatewayError::TokenUnavailable => "token_unavailable",
-    }
+    respond(&candidate, answer)
 }
 
 /// Pokes the status writer after a change without holding up the answer.
@@ -910,42 +525,10 @@ mod tests {
     }
 
     #[test]
-    fn invoice_numbers_read_back() {
-        let sale = SaleId::parse("launch-2026").unwrap();
-        let c = CandidateHash::of("x");
-        let inv = invoice_number(&sale, &c, 1_700_000_000_123);
-        assert!(inv.len() <= 255);
-        assert_eq!(parse_invoice(&inv), Some((sale, c, 1_700_000_000_123)));
-        assert_eq!(parse_invoice("nope"), None);
-        assert_eq!(parse_invoice("a-b-1"), None);
-    }
-
-    #[test]
     fn deadlines_format_as_rfc3339() {
         assert_eq!(
             rfc3339(1_700_000_000_123).unwrap(),
             "2023-11-14T22:13:20.123Z"
         );
-    }
-
-    #[test]
-    fn stored_copies_read_as_booking_copies() {
-        let copy = BookingCopy {
-            candidate: CandidateHash::of("x"),
-            sale: SaleId::parse("s").unwrap(),
-            level: Level::parse("gold").unwrap(),
-            payment_id: PaymentId::parse("TR1").unwrap(),
-            signature: "sig".into(),
-            token: RequestToken::parse("t").unwrap(),
-            request_ms: 1,
-            deadline_ms: 2,
-        };
-        let stored = StoredCopy {
-            copy: copy.clone(),
-            redirect_url: Some("http://g/pay".into()),
-        };
-        let json = serde_json::to_string(&stored).unwrap();
-        assert_eq!(serde_json::from_str::<BookingCopy>(&json).unwrap(), copy);
-        assert_eq!(serde_json::from_str::<StoredCopy>(&json).unwrap(), stored);
     }
 }

@@ -52,16 +52,19 @@ use booking::coordination::keys;
 use booking::gateway::{GatewayError, GatewayPaymentState, codes};
 use booking::records::{BookingRecord, Condition, ConfirmPath, RecordStatus};
 use booking::{Bug, CandidateHash, PaymentId};
+use booking_service::admission::StoredCopy;
 use booking_service::confirm::{ConfirmPorts, MarkPaidOutcome, PaidRequest, mark_paid};
 use serde::Deserialize;
 use sns::{MessageType, SnsMessage};
 use tokio::time::Instant;
 
-use crate::bookings::{ApiState, parse_invoice};
+use crate::Stack;
+use crate::bookings::ApiState;
 use crate::metrics::ApiMetrics;
 use crate::paid_from_copy::{FromCopy, mark_paid_from_copy};
 use crate::sns_delivery::{Confirm, Rejected, SnsDelivery};
-use crate::{BookingCopy, Stack};
+use booking::AdmittedBooking;
+use booking::parse_invoice;
 
 /// bKash 2062: the payment has already been completed (beside
 /// [`codes::EXECUTION_ALREADY_COMPLETED`], 2117).
@@ -256,7 +259,7 @@ pub async fn confirm_payment(
     metrics: &ApiMetrics,
     candidate: &CandidateHash,
     payment_id: &PaymentId,
-    copy: Option<&BookingCopy>,
+    copy: Option<&AdmittedBooking>,
     trx_id: &str,
     path: ConfirmPath,
 ) -> Confirmed {
@@ -317,12 +320,12 @@ pub async fn confirm_payment(
 pub async fn load_copy(
     stack: &Stack,
     payment: &PaymentId,
-) -> Result<Option<BookingCopy>, booking::CoordinationError> {
+) -> Result<Option<AdmittedBooking>, booking::CoordinationError> {
     let key = keys::booking_copy(&stack.prefix, &stack.sale, payment);
     let Some(raw) = stack.coordination.get(&key).await? else {
         return Ok(None);
     };
-    match serde_json::from_str::<BookingCopy>(&raw) {
+    match serde_json::from_str::<StoredCopy>(&raw).map(|c| c.booking) {
         Ok(copy) if copy.payment_id == *payment && copy.sale == stack.sale => Ok(Some(copy)),
         Ok(_) => {
             tracing::error!(%payment, "booking copy names another payment or sale; ignored");
@@ -407,7 +410,8 @@ pub async fn handle_callback(
         return without_copy(stack, &payment).await;
     };
     let signature = query.signature.as_deref().unwrap_or_default();
-    if signature.is_empty() || !secrets_equal(signature, &copy.signature) {
+    let expected = copy.signature.as_deref().unwrap_or_default();
+    if signature.is_empty() || !secrets_equal(signature, expected) {
         tracing::warn!(%payment, "callback with a wrong signature refused");
         return CallbackAnswer::Forbidden;
     }
@@ -458,7 +462,7 @@ pub async fn handle_callback(
         };
     }
     let lock = keys::execute_lock(&stack.prefix, &stack.sale, &payment);
-    let owner = format!("{:032x}", rand::random::<u128>());
+    let owner = booking::entropy::owner_token(stack.entropy.as_ref());
     let lock_ttl = stack.settings.request_deadline * EXECUTE_LOCK_DEADLINES;
     match stack.coordination.try_lock(&lock, &owner, lock_ttl).await {
         Ok(true) => {}
@@ -483,7 +487,7 @@ pub async fn handle_callback(
 /// The zoo's bug `trust_redirect_cancel`: the redirect says cancel, so the
 /// seat is given back (payment-guarded, as every release) and the HELD record
 /// deleted, without asking the gateway.
-async fn trust_cancel(stack: &Stack, copy: &BookingCopy) -> CallbackAnswer {
+async fn trust_cancel(stack: &Stack, copy: &AdmittedBooking) -> CallbackAnswer {
     let released = stack
         .ledger
         .release(&stack.sale, &copy.candidate, &copy.payment_id)
@@ -517,7 +521,7 @@ pub enum Gate {
 }
 
 /// Decides from the copy and the candidate's record (pure).
-pub fn gate(copy: &BookingCopy, record: Option<&BookingRecord>) -> Gate {
+pub fn gate(copy: &AdmittedBooking, record: Option<&BookingRecord>) -> Gate {
     match record {
         Some(r) if r.payment_id == copy.payment_id => match r.status {
             RecordStatus::Paid => Gate::Paid,
@@ -558,7 +562,7 @@ async fn without_copy(stack: &Stack, payment: &PaymentId) -> CallbackAnswer {
 async fn execute_under_lock(
     stack: &Stack,
     metrics: &ApiMetrics,
-    copy: &BookingCopy,
+    copy: &AdmittedBooking,
     started: Instant,
     hold_left: Duration,
 ) -> CallbackAnswer {
@@ -835,14 +839,14 @@ mod tests {
 
     use super::*;
 
-    fn copy() -> BookingCopy {
-        BookingCopy {
+    fn copy() -> AdmittedBooking {
+        AdmittedBooking {
             candidate: CandidateHash::of("c"),
             sale: SaleId::parse("s").unwrap(),
             level: Level::parse("a").unwrap(),
             payment_id: PaymentId::parse("P2").unwrap(),
-            signature: "sig".into(),
-            token: RequestToken::parse("t").unwrap(),
+            signature: Some("sig".into()),
+            token: Some(RequestToken::parse("t").unwrap()),
             request_ms: 2_000,
             deadline_ms: 602_000,
         }

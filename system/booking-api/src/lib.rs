@@ -1,6 +1,7 @@
 //! The booking system's HTTP API (axum on hyper).
 //!
-//! - [`stack`]: the ports and settings every handler shares; [`BookingCopy`].
+//! - [`stack`]: the ports and settings every handler shares (from
+//!   `booking_service`).
 //! - [`bookings`]: `POST /bookings`, the request path (admit → create payment →
 //!   keep the copy → enqueue → respond; undo before answering on failure), plus
 //!   `GET /status.json`, `/healthz`, `/metrics`, `/openapi.json`.
@@ -23,7 +24,7 @@ pub mod stack;
 
 use std::sync::Arc;
 
-pub use stack::{BookingCopy, Stack, WebhookTrust};
+pub use stack::{Stack, WebhookTrust};
 
 /// Every route of the API. The bookings routes enforce the request deadline
 /// themselves (they must undo before answering); the confirm paths run their

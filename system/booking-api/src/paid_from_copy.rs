@@ -41,7 +41,7 @@ use booking_service::confirm::{
     ConfirmPorts, EmailOutcome, LedgerMark, MarkPaidOutcome, PaidRequest, mark_paid,
 };
 
-use crate::BookingCopy;
+use booking::AdmittedBooking;
 
 /// Writes attempted before giving up to the reconciler: a put, then at most a
 /// replacement or a second put after the conflict it met vanished.
@@ -81,24 +81,12 @@ impl FromCopy {
     }
 }
 
-/// The HELD record the copy stands for (what the worker writes).
-pub fn held_record(copy: &BookingCopy) -> BookingRecord {
-    BookingRecord::held(
-        copy.candidate.clone(),
-        copy.sale.clone(),
-        copy.level.clone(),
-        copy.payment_id.clone(),
-        copy.request_ms,
-        copy.deadline_ms,
-    )
-}
-
 /// Writes the PAID record of `copy`'s booking when no HELD record exists:
 /// see the module documentation. Idempotent: a second call finds the PAID
 /// record and answers [`FromCopy::AlreadyPaid`].
 pub async fn mark_paid_from_copy(
     ports: ConfirmPorts<'_>,
-    copy: &BookingCopy,
+    copy: &AdmittedBooking,
     trx_id: Option<String>,
     path: ConfirmPath,
     now_ms: u64,
@@ -124,7 +112,7 @@ pub async fn mark_paid_from_copy(
             return FromCopy::Uncertain(format!("ledger: {e}"));
         }
     }
-    let held = held_record(copy);
+    let held = copy.held_record();
     let paid = held.clone().into_paid(path, now_ms);
     let mut condition = Condition::NotExists;
     for _ in 0..WRITE_ATTEMPTS_MAX {
@@ -199,7 +187,7 @@ pub async fn mark_paid_from_copy(
 }
 
 /// The ledger step, tried twice (as in `confirm`).
-async fn ledger_mark_paid(ports: ConfirmPorts<'_>, copy: &BookingCopy) -> LedgerMark {
+async fn ledger_mark_paid(ports: ConfirmPorts<'_>, copy: &AdmittedBooking) -> LedgerMark {
     let mut last: Result<Step, LedgerError> = Err(LedgerError::Unavailable("not tried".into()));
     for _ in 0..2 {
         last = ports
@@ -218,7 +206,7 @@ async fn ledger_mark_paid(ports: ConfirmPorts<'_>, copy: &BookingCopy) -> Ledger
     }
 }
 
-async fn raise(ports: ConfirmPorts<'_>, copy: &BookingCopy, kind: &str, detail: String) {
+async fn raise(ports: ConfirmPorts<'_>, copy: &AdmittedBooking, kind: &str, detail: String) {
     tracing::error!(candidate = %copy.candidate, payment = %copy.payment_id, kind, %detail, "alert");
     let alert = Alert {
         kind: kind.into(),

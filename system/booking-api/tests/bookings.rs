@@ -9,12 +9,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use booking::AdmittedBooking;
 use booking::coordination::keys;
+use booking::invoice_number;
 use booking::ledger::{Admission, HoldState};
 use booking::{Level, PaymentId, RequestToken, Settings};
-use booking_api::BookingCopy;
-use booking_api::bookings::invoice_number;
-use booking_service::worker::AdmissionMessage;
 use common::{Backend, FlakyQueue, TestOptions, TestStack, hash};
 use serde_json::Value;
 
@@ -75,12 +74,12 @@ async fn an_admitted_booking_is_held_in_the_ledger_the_copy_and_the_queue(backen
         // the copy and the message carry the same request time
         let key = keys::booking_copy(&t.stack.prefix, &t.stack.sale, &payment);
         let json = t.stack.coordination.get(&key).await.unwrap().unwrap();
-        let copy: BookingCopy = serde_json::from_str(&json).unwrap();
+        let copy: AdmittedBooking = serde_json::from_str(&json).unwrap();
         assert_eq!(copy.candidate, c);
         assert_eq!(copy.payment_id, payment);
-        assert_eq!(copy.token, hold.token);
+        assert_eq!(copy.token, Some(hold.token));
         assert_eq!(copy.deadline_ms, deadline_ms);
-        assert_eq!(copy.signature, p.signature);
+        assert_eq!(copy.signature, Some(p.signature));
         let ttl = t.coordination_ttl(&key).await.unwrap().unwrap();
         let want = t.stack.settings.hold + t.stack.settings.booking_copy_slack;
         assert!(
@@ -108,14 +107,14 @@ async fn an_admitted_booking_is_held_in_the_ledger_the_copy_and_the_queue(backen
     // one HELD message for the worker
     let queued = t.drain_queue().await;
     assert_eq!(queued.len(), 1);
-    let m: AdmissionMessage = serde_json::from_str(&queued[0].message.body).unwrap();
+    let m: AdmittedBooking = serde_json::from_str(&queued[0].message.body).unwrap();
     assert_eq!(m.candidate, c);
     assert_eq!(m.payment_id, payment);
     assert_eq!(m.level, level("gold"));
     assert_eq!((m.request_ms, m.deadline_ms), (request_ms, deadline_ms));
     assert!(m.token.is_some());
     assert_eq!(queued[0].message.group_id, &c.as_str()[..4]);
-    assert_eq!(m.record().status, booking::RecordStatus::Held);
+    assert_eq!(m.held_record().status, booking::RecordStatus::Held);
     assert_eq!(t.taken("gold").await, 1);
     t.stop().await;
 }

@@ -363,6 +363,7 @@ async fn build_with(
         alerts,
         status_sink: status_sink.clone(),
         clock: clock.clone(),
+        entropy: Arc::new(booking::OsEntropy),
         webhook_trust,
     });
     let instance = instance_id("booking");

@@ -1,6 +1,10 @@
 //! The booking system's background services, each a pure decision function
 //! plus a thin, bounded, stoppable async loop over the ports of `booking`:
 //!
+//! - [`stack`]: the ports and settings one instance shares ([`stack::Stack`]).
+//! - [`admission`]: the request path of `POST /bookings` below HTTP (admit →
+//!   create → attach → booking copy → enqueue, undone before any failure
+//!   answer), which the API and the simulator both call.
 //! - [`confirm`]: the one conditional HELD→PAID step every confirm path ends
 //!   in, and the at-most-once confirmation email behind it.
 //! - [`worker`]: SQS FIFO → the record store (conditional put, conflicts
@@ -12,9 +16,11 @@
 //! turns `true`, or when its sender is dropped. Counters are plain atomics,
 //! read with each service's `stats()`.
 
+pub mod admission;
 pub mod confirm;
 pub mod expiry;
 pub mod reconciler;
+pub mod stack;
 pub mod worker;
 
 /// The shutdown signal every loop takes: stop when it reads `true` or when the

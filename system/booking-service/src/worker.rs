@@ -1,6 +1,6 @@
 //! The worker: SQS FIFO → the record store.
 //!
-//! Each message carries one HELD booking (an [`AdmissionMessage`], or a whole
+//! Each message carries one HELD booking (an [`AdmittedBooking`], or a whole
 //! [`BookingRecord`] as JSON). The worker writes it with a conditional put
 //! (only if no record exists). When the condition fails it never guesses: it
 //! reads the record consistently and acts on `classify_conflict`'s verdict
@@ -30,66 +30,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use booking::bugs::{Bug, Bugs};
-use booking::ids::deduplication_id;
 use booking::ledger::{Hold, HoldState, Ledger};
 use booking::notify::{Alert, Alerts};
-use booking::queue::{Message, Queue, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX, Received};
+use booking::queue::{Queue, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX, Received};
 use booking::records::{
     BookingRecord, Condition, RecordError, RecordStatus, RecordStore, WorkerVerdict,
     classify_conflict,
 };
-use booking::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
+use booking::{AdmittedBooking, PaymentId, RequestToken};
 use serde::{Deserialize, Serialize};
 
 use crate::{Shutdown, stopped, stopping};
-
-/// The message the API enqueues for one admission: everything the worker
-/// needs to write the HELD record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdmissionMessage {
-    /// The candidate.
-    pub candidate: CandidateHash,
-    /// The sale.
-    pub sale: SaleId,
-    /// The level the seat is counted in.
-    pub level: Level,
-    /// The gateway payment.
-    pub payment_id: PaymentId,
-    /// The admission's request token, if the sender knows it (lets the worker
-    /// tell this admission's pending hold from a newer one's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<RequestToken>,
-    /// When the request was admitted, ms since the epoch: the record's
-    /// `created_ms`, and half of the deduplication ID.
-    pub request_ms: u64,
-    /// The hold deadline, ms since the epoch.
-    pub deadline_ms: u64,
-}
-
-impl AdmissionMessage {
-    /// The HELD record this admission becomes.
-    pub fn record(&self) -> BookingRecord {
-        BookingRecord::held(
-            self.candidate.clone(),
-            self.sale.clone(),
-            self.level.clone(),
-            self.payment_id.clone(),
-            self.request_ms,
-            self.deadline_ms,
-        )
-    }
-
-    /// The queue message: JSON body, group = the candidate hash's first 4 hex
-    /// digits, deduplication ID = candidate hash + request timestamp.
-    pub fn to_message(&self) -> Result<Message, serde_json::Error> {
-        Ok(Message {
-            body: serde_json::to_string(self)?,
-            group_id: self.candidate.message_group().to_owned(),
-            deduplication_id: deduplication_id(&self.candidate, self.request_ms),
-        })
-    }
-}
 
 /// A parsed message body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,12 +51,12 @@ pub struct Parsed {
     pub token: Option<RequestToken>,
 }
 
-/// Parses a body: an [`AdmissionMessage`] or a HELD [`BookingRecord`]. Anything
+/// Parses a body: an [`AdmittedBooking`] or a HELD [`BookingRecord`]. Anything
 /// else is poison (it goes to the dead-letter queue).
 pub fn parse_body(body: &str) -> Result<Parsed, String> {
-    let parsed = match serde_json::from_str::<AdmissionMessage>(body) {
+    let parsed = match serde_json::from_str::<AdmittedBooking>(body) {
         Ok(m) => Parsed {
-            record: m.record(),
+            record: m.held_record(),
             token: m.token,
         },
         Err(admission_err) => match serde_json::from_str::<BookingRecord>(body) {
@@ -566,9 +517,11 @@ impl Worker {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use booking::{CandidateHash, Level, SaleId};
 
-    fn admission(payment: &str, request_ms: u64) -> AdmissionMessage {
-        AdmissionMessage {
+    fn admission(payment: &str, request_ms: u64) -> AdmittedBooking {
+        AdmittedBooking {
+            signature: None,
             candidate: CandidateHash::of("c"),
             sale: SaleId::parse("s").unwrap(),
             level: Level::parse("a").unwrap(),
@@ -621,12 +574,13 @@ mod tests {
         assert_eq!(m.group_id, a.candidate.message_group());
         assert_eq!(m.deduplication_id, format!("{}-1700000000000", a.candidate));
         let parsed = parse_body(&m.body).unwrap();
-        assert_eq!(parsed.record, a.record());
+        assert_eq!(parsed.record, a.held_record());
         assert_eq!(parsed.token, a.token);
-        let record_body = serde_json::to_string(&a.record()).unwrap();
-        assert_eq!(parse_body(&record_body).unwrap().record, a.record());
-        let paid = serde_json::to_string(&a.record().into_paid(booking::ConfirmPath::Callback, 5))
-            .unwrap();
+        let record_body = serde_json::to_string(&a.held_record()).unwrap();
+        assert_eq!(parse_body(&record_body).unwrap().record, a.held_record());
+        let paid =
+            serde_json::to_string(&a.held_record().into_paid(booking::ConfirmPath::Callback, 5))
+                .unwrap();
         assert!(parse_body(&paid).is_err());
         assert!(parse_body("{}").is_err());
         assert!(parse_body("not json").is_err());
@@ -675,7 +629,7 @@ mod tests {
     #[test]
     fn liveness_follows_the_ledger() {
         let a = admission("P1", 1_000);
-        let r = a.record();
+        let r = a.held_record();
         let p1 = PaymentId::parse("P1").unwrap();
         let p2 = PaymentId::parse("P2").unwrap();
         let t1 = RequestToken::parse("t1").unwrap();

@@ -22,7 +22,7 @@ async fn one_path_wins_and_only_it_sends_the_email() {
     let s = Stack::new(1, &["x"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), Condition::NotExists)
+        .put(m.held_record(), Condition::NotExists)
         .await
         .unwrap();
     let won = mark_paid(
@@ -88,7 +88,7 @@ async fn another_payment_or_no_record_changes_nothing() {
     assert_eq!(out, MarkPaidOutcome::NotHeld { current: None });
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), Condition::NotExists)
+        .put(m.held_record(), Condition::NotExists)
         .await
         .unwrap();
     let out = mark_paid(
@@ -115,7 +115,7 @@ async fn a_payment_for_a_released_seat_is_paid_and_alerted() {
     let s = Stack::new(1, &["x"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), Condition::NotExists)
+        .put(m.held_record(), Condition::NotExists)
         .await
         .unwrap();
     // the reconciler released the ledger and has not deleted the record yet
@@ -152,7 +152,7 @@ async fn the_email_before_paid_trap_sends_one_per_path() {
         s.settings.bugs = bugs.clone();
         let m = s.book("x", "t1", "P1").await;
         s.records
-            .put(m.record(), Condition::NotExists)
+            .put(m.held_record(), Condition::NotExists)
             .await
             .unwrap();
         for path in [ConfirmPath::Callback, ConfirmPath::Webhook] {

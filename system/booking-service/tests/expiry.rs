@@ -17,13 +17,13 @@ async fn a_ttl_deletion_of_a_held_record_gives_the_seat_back_once() {
     // x: HELD, deleted by TTL → released
     let x = s.book("x", "t1", "P1").await;
     s.records
-        .put(x.record(), Condition::NotExists)
+        .put(x.held_record(), Condition::NotExists)
         .await
         .unwrap();
     // y: PAID (no TTL) → never deleted, never released
     let y = s.book("y", "t2", "P2").await;
     s.records
-        .put(y.record(), Condition::NotExists)
+        .put(y.held_record(), Condition::NotExists)
         .await
         .unwrap();
     s.records
@@ -37,7 +37,7 @@ async fn a_ttl_deletion_of_a_held_record_gives_the_seat_back_once() {
     // z: deleted by the application (the reconciler) → ignored by the handler
     let z = s.book("z", "t3", "P3").await;
     s.records
-        .put(z.record(), Condition::NotExists)
+        .put(z.held_record(), Condition::NotExists)
         .await
         .unwrap();
     s.records
@@ -82,7 +82,7 @@ async fn a_ttl_deletion_after_the_reconciler_released_is_a_no_op() {
     let s = Stack::new(2, &["x", "y"]).await;
     let x = s.book("x", "t1", "P1").await;
     s.records
-        .put(x.record(), Condition::NotExists)
+        .put(x.held_record(), Condition::NotExists)
         .await
         .unwrap();
     // the ledger released (the record delete was lost), then y took the seat

@@ -38,6 +38,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use booking::AdmittedBooking;
 use booking::queue::Queue;
 use booking::records::{ConfirmPath, RecordStatus, RecordStore};
 use booking::{
@@ -45,7 +46,7 @@ use booking::{
 };
 use booking_service::confirm::{PaidRequest, mark_paid};
 use booking_service::expiry::ExpiryHandler;
-use booking_service::worker::{AdmissionMessage, Worker, WorkerConfig};
+use booking_service::worker::{Worker, WorkerConfig};
 use common::{Script, Stack, cand, pay};
 use proptest::prelude::*;
 
@@ -192,7 +193,8 @@ impl Run {
                         .entry(c)
                         .or_default()
                         .push((p.clone(), deadline));
-                    let message = AdmissionMessage {
+                    let message = AdmittedBooking {
+                        signature: None,
                         candidate: cand(NAMES[c]),
                         sale: s.sale.clone(),
                         level: s.level.clone(),

@@ -18,7 +18,7 @@ async fn an_expired_hold_is_released_and_the_seat_can_be_admitted_again() {
     let s = Stack::new(1, &["x", "y"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), booking::Condition::NotExists)
+        .put(m.held_record(), booking::Condition::NotExists)
         .await
         .unwrap();
     let r = s.reconciler("a");
@@ -52,7 +52,7 @@ async fn a_cancelled_payment_is_released_before_its_deadline() {
     let s = Stack::new(1, &["x"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), booking::Condition::NotExists)
+        .put(m.held_record(), booking::Condition::NotExists)
         .await
         .unwrap();
     s.gateway
@@ -67,7 +67,7 @@ async fn a_completed_payment_becomes_paid_with_one_email() {
     let s = Stack::new(1, &["x"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), booking::Condition::NotExists)
+        .put(m.held_record(), booking::Condition::NotExists)
         .await
         .unwrap();
     s.gateway.set(
@@ -100,7 +100,7 @@ async fn unanswered_queries_extend_three_times_then_alert_and_never_release() {
     let s = Stack::new(1, &["x"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), booking::Condition::NotExists)
+        .put(m.held_record(), booking::Condition::NotExists)
         .await
         .unwrap();
     s.gateway.set(&pay("P1"), Script::Fail);
@@ -157,7 +157,7 @@ async fn only_the_lock_holder_sweeps() {
     let s = Stack::new(1, &["x"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), booking::Condition::NotExists)
+        .put(m.held_record(), booking::Condition::NotExists)
         .await
         .unwrap();
     s.clock.advance(minutes(5));
@@ -194,7 +194,7 @@ async fn the_most_overdue_go_first_eight_at_a_time_within_the_budget() {
     }
     for m in msgs.iter().rev() {
         s.records
-            .put(m.record(), booking::Condition::NotExists)
+            .put(m.held_record(), booking::Condition::NotExists)
             .await
             .unwrap();
     }
@@ -259,7 +259,7 @@ async fn query_failures_count_in_a_row_an_answer_starts_the_count_again() {
     let s = Stack::new(1, &["x"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), booking::Condition::NotExists)
+        .put(m.held_record(), booking::Condition::NotExists)
         .await
         .unwrap();
     let r = s.reconciler("a");
@@ -333,7 +333,7 @@ async fn a_held_hold_with_a_record_is_not_recovered() {
     let s = Stack::new(1, &["x"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
-        .put(m.record(), booking::Condition::NotExists)
+        .put(m.held_record(), booking::Condition::NotExists)
         .await
         .unwrap();
     s.gateway.set(&pay("P1"), Script::Fail);

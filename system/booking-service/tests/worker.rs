@@ -25,7 +25,7 @@ fn worker(s: &Stack, records: Arc<dyn RecordStore>) -> Worker {
     )
 }
 
-fn delivery(m: &booking_service::worker::AdmissionMessage, receive_count: u32) -> Received {
+fn delivery(m: &booking::AdmittedBooking, receive_count: u32) -> Received {
     Received {
         message: m.to_message().unwrap(),
         receipt: ReceiptHandle("none".into()),
@@ -71,7 +71,7 @@ async fn a_paid_record_is_skipped_and_a_stale_one_is_replaced() {
     let w = worker(&s, s.records.clone());
     let old = s.book("x", "t1", "P1").await;
     s.records
-        .put(old.record(), Condition::NotExists)
+        .put(old.held_record(), Condition::NotExists)
         .await
         .unwrap();
     // released by the ledger only (record delete lost): a stale record
@@ -107,7 +107,7 @@ async fn a_redelivered_old_message_neither_overwrites_nor_resurrects() {
     // a worker writes the record, then dies before deleting the message
     let first = s.queue.receive(1, WAIT).await.unwrap();
     s.records
-        .put(old.record(), Condition::NotExists)
+        .put(old.held_record(), Condition::NotExists)
         .await
         .unwrap();
     assert_eq!(first[0].receive_count, 1);
@@ -139,7 +139,7 @@ async fn a_redelivered_old_message_neither_overwrites_nor_resurrects() {
     // without the ledger guard, the consistent read's verdict keeps P2 too
     let current = s.records.get(&cand("x"), true).await.unwrap();
     assert_eq!(
-        classify_conflict(&old.record(), current.as_ref(), &Ok(current.clone())),
+        classify_conflict(&old.held_record(), current.as_ref(), &Ok(current.clone())),
         WorkerVerdict::Stale
     );
     let rec = s.records.get(&cand("x"), true).await.unwrap().unwrap();
@@ -225,7 +225,7 @@ async fn a_failed_read_leaves_the_message_and_five_receives_dead_letter_it() {
     let m = s.book("x", "t1", "P1").await;
     // a record is there, so the put fails and the worker must read
     s.records
-        .put(m.record(), Condition::NotExists)
+        .put(m.held_record(), Condition::NotExists)
         .await
         .unwrap();
     s.queue.send(m.to_message().unwrap()).await.unwrap();
@@ -294,7 +294,7 @@ async fn the_zoos_worker_bugs_keep_the_stale_record_and_one_gives_a_seat_back() 
         );
         let old = s.book("x", "t1", "P1").await;
         s.records
-            .put(old.record(), Condition::NotExists)
+            .put(old.held_record(), Condition::NotExists)
             .await
             .unwrap();
         s.ledger

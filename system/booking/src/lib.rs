@@ -6,9 +6,11 @@
 //! traits. Adapters live in `booking-embedded` (in-process, the default) and
 //! `booking-redis`.
 
+pub mod admission;
 pub mod bugs;
 pub mod clock;
 pub mod coordination;
+pub mod entropy;
 pub mod gateway;
 pub mod ids;
 pub mod ledger;
@@ -18,9 +20,11 @@ pub mod records;
 pub mod settings;
 pub mod status;
 
+pub use admission::{AdmittedBooking, invoice_number, parse_invoice};
 pub use bugs::{Bug, Bugs};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coordination::{Coordination, CoordinationError};
+pub use entropy::{Entropy, OsEntropy, SeededEntropy};
 pub use gateway::{
     CreatePayment, CreatedPayment, Executed, GatewayError, GatewayPaymentState, PaymentGateway,
     PaymentStatus,

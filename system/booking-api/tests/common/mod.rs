@@ -307,6 +307,7 @@ impl TestStack {
             alerts: alerts.clone(),
             status_sink: sink.clone(),
             clock,
+            entropy: Arc::new(booking::OsEntropy),
             webhook_trust: WebhookTrust {
                 cert_urls,
                 topics: sns::TopicPolicy::only([topic]),

@@ -180,12 +180,7 @@ impl Stack {
 
     /// Admits `who` now with `token`, attaches `payment`, and returns the
     /// admission message (deadline = now + hold).
-    pub async fn book(
-        &self,
-        who: &str,
-        token: &str,
-        payment: &str,
-    ) -> booking_service::worker::AdmissionMessage {
+    pub async fn book(&self, who: &str, token: &str, payment: &str) -> booking::AdmittedBooking {
         let now = self.now();
         let deadline = now + self.settings.hold.as_millis() as u64;
         let c = cand(who);
@@ -205,7 +200,8 @@ impl Stack {
             .await
             .unwrap();
         assert_eq!(step, booking::Step::Done);
-        booking_service::worker::AdmissionMessage {
+        booking::AdmittedBooking {
+            signature: None,
             candidate: c,
             sale: self.sale.clone(),
             level: self.level.clone(),
