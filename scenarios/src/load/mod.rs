@@ -90,6 +90,7 @@
 //! [`stats`] (HDR recorders and [`LiveStats`]), [`queue`] (the due-time
 //! queue), `engine` (goose wiring and [`run`]).
 
+mod attack;
 mod engine;
 pub mod outcome;
 pub mod queue;
@@ -102,7 +103,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use engine::{DROP_GRACE, EXECUTE_GRACE, GOOSE_REPORTS, REQUEST_TIMEOUT, run};
+pub use attack::run;
+pub use engine::{DROP_GRACE, EXECUTE_GRACE, GOOSE_REPORTS, REQUEST_TIMEOUT};
 pub use schedule::schedule;
 pub use stats::{IntervalStats, LiveStats};
 

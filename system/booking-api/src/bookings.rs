@@ -1,5 +1,6 @@
-//! `POST /bookings`, the request path, plus `GET /status.json`, `/healthz`,
-//! `/metrics` and `/openapi.json`.
+//! `POST /bookings`: the request as HTTP (the path itself is
+//! `booking_service::admission`); the routes of [`crate::info`] are registered
+//! here too.
 //!
 //! # The request path
 //!
@@ -41,36 +42,33 @@
 //! and it names the booking record's key (the candidate hash), so the webhook
 //! finds the booking from the invoice alone.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, OnceLock};
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use booking::status::{StatusDocument, StatusWriter};
-use booking::{AdmittedBooking, CandidateHash, Level, PaymentId, SaleId};
+use booking::{AdmittedBooking, CandidateHash, Level, PaymentId};
 use booking_service::admission::{self, BookAnswer, PathEvents, Refusal};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::Stack;
 use crate::answers::{self, busy};
+pub use crate::info::Health;
+use crate::info::{healthz, metrics, openapi_json, status_json};
 use crate::metrics::ApiMetrics;
-use crate::{Stack, openapi};
+pub use crate::status_poker::POKE_SPACING;
+use crate::status_poker::StatusPoker;
 
 /// The largest request body, bytes: a booking is two short strings.
 pub const BODY_BYTES_MAX: usize = 16 * 1024;
 /// The longest raw candidate identifier, bytes.
 pub const RAW_CANDIDATE_LEN_MAX: usize = 256;
 pub use booking_service::admission::UNDO_RESERVE;
-/// Pokes of the status writer from one instance are at least this far apart
-/// during a burst (the document's own throttle is 2 s; this only keeps the
-/// poke loop from spinning on every admission).
-pub const POKE_SPACING: Duration = Duration::from_millis(20);
 
 /// What the bookings routes keep between requests: per router, not global.
 #[derive(Debug)]
@@ -341,163 +339,6 @@ async fn create_booking(
     api.metrics.outcome(answer.outcome());
     api.metrics.latency.observe(started.elapsed().as_secs_f64());
     respond(&candidate, answer)
-}
-
-/// Pokes the status writer after a change without holding up the answer.
-/// Pokes that arrive while one runs collapse into one more run after it
-/// (at least [`POKE_SPACING`] later), so a burst costs a few pokes a second
-/// and the last change is always followed by a poke that reads it.
-#[derive(Debug, Default)]
-struct StatusPoker {
-    writer: OnceLock<Arc<StatusWriter>>,
-    running: AtomicBool,
-    again: AtomicBool,
-    failures: AtomicU64,
-}
-
-impl StatusPoker {
-    fn writer(&self, stack: &Stack, instance: &str) -> Arc<StatusWriter> {
-        self.writer
-            .get_or_init(|| {
-                Arc::new(
-                    StatusWriter::new(
-                        stack.sale.clone(),
-                        &stack.prefix,
-                        stack.ledger.clone(),
-                        stack.coordination.clone(),
-                        stack.status_sink.clone(),
-                        stack.clock.clone(),
-                    )
-                    .with_throttle(stack.settings.status_throttle)
-                    .with_writer_id(instance),
-                )
-            })
-            .clone()
-    }
-
-    fn poke(self: &Arc<Self>, stack: &Stack, instance: &str) {
-        self.again.store(true, Ordering::SeqCst);
-        if self.running.swap(true, Ordering::SeqCst) {
-            return; // the running loop sees `again`
-        }
-        let writer = self.writer(stack, instance);
-        let poker = self.clone();
-        tokio::spawn(async move {
-            loop {
-                while poker.again.swap(false, Ordering::SeqCst) {
-                    if let Err(e) = writer.poke().await {
-                        poker.failures.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(error = %e, "status document not written");
-                    }
-                    if poker.again.load(Ordering::SeqCst) {
-                        tokio::time::sleep(POKE_SPACING).await;
-                    }
-                }
-                poker.running.store(false, Ordering::SeqCst);
-                // a poke between the last swap and the store found `running`
-                // set and left: take the loop back if nobody else did
-                if !poker.again.load(Ordering::SeqCst) || poker.running.swap(true, Ordering::SeqCst)
-                {
-                    break;
-                }
-            }
-        });
-    }
-}
-
-/// The status document: the latest written, or built from the counters if
-/// none has been written yet.
-async fn status_json(
-    State(stack): State<Arc<Stack>>,
-    Extension(api): Extension<Arc<ApiState>>,
-) -> Response {
-    let work = async {
-        match stack.status_sink.get().await {
-            Ok(Some(bytes)) => Ok(bytes),
-            Ok(None) => {
-                let counters = stack
-                    .ledger
-                    .counters(&stack.sale)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                StatusDocument::from_counters(&stack.sale, &counters, stack.clock.now_ms())
-                    .to_json()
-                    .map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e.to_string()),
-        }
-    };
-    match tokio::time::timeout(stack.settings.request_deadline, work).await {
-        Ok(Ok(bytes)) => (
-            [
-                (
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                ),
-                (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            ],
-            bytes,
-        )
-            .into_response(),
-        Ok(Err(e)) => busy(format!("the status document is unavailable: {e}")),
-        Err(_) => {
-            api.metrics.deadline("/status.json");
-            answers::deadline_exceeded()
-        }
-    }
-}
-
-/// The instance is up and serving. Deliberately touches no backend: a blip in
-/// one must not make an orchestrator restart the whole fleet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Health {
-    /// `ok`.
-    pub status: String,
-    /// The sale this instance serves.
-    pub sale: SaleId,
-}
-
-async fn healthz(State(stack): State<Arc<Stack>>) -> Json<Health> {
-    Json(Health {
-        status: "ok".into(),
-        sale: stack.sale.clone(),
-    })
-}
-
-async fn metrics(
-    State(stack): State<Arc<Stack>>,
-    Extension(api): Extension<Arc<ApiState>>,
-) -> Response {
-    // the ledger's gauges are best effort: a scrape never waits past the deadline
-    let wait = stack.settings.request_deadline / 2;
-    let counters = tokio::time::timeout(wait, stack.ledger.counters(&stack.sale))
-        .await
-        .ok()
-        .and_then(Result::ok);
-    let text = api.metrics.render(counters.as_ref());
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        )],
-        text,
-    )
-        .into_response()
-}
-
-static OPENAPI: LazyLock<Bytes> = LazyLock::new(|| {
-    Bytes::from(serde_json::to_vec(&openapi::document()).unwrap_or_else(|_| b"{}".to_vec()))
-});
-
-async fn openapi_json() -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        OPENAPI.clone(),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

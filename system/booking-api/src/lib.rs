@@ -16,11 +16,13 @@ pub mod answers;
 pub mod bookings;
 pub mod confirm_paths;
 pub mod deadline;
+pub mod info;
 pub mod metrics;
 pub mod openapi;
 pub mod paid_from_copy;
 pub mod sns_delivery;
 pub mod stack;
+pub mod status_poker;
 
 use std::sync::Arc;
 

@@ -41,7 +41,7 @@ use booking::notify::{Alert, Alerts, Mailer};
 use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, ttl_for_deadline,
 };
-use booking::{Bug, SaleId, Settings};
+use booking::{AdmittedBooking, Bug, SaleId, Settings};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
@@ -540,22 +540,25 @@ impl Reconciler {
                     continue;
                 }
             }
-            let record = BookingRecord {
+            // the admission the ledger still holds, its request time read
+            // back from the deadline; its TTL runs a hold past now (or the
+            // deadline, if later), so the next sweep sees it before the TTL
+            // service could delete it
+            let admitted = AdmittedBooking {
                 candidate: candidate.clone(),
                 sale: sale.clone(),
                 level: hold.level.clone(),
                 payment_id: payment_id.clone(),
-                status: RecordStatus::Held,
+                signature: None,
+                token: Some(hold.token.clone()),
+                request_ms: deadline_ms.saturating_sub(hold_ms),
                 deadline_ms,
+            };
+            let record = BookingRecord {
                 expires_at_s: Some(ttl_for_deadline(
                     now_ms.max(deadline_ms).saturating_add(hold_ms),
                 )),
-                created_ms: deadline_ms.saturating_sub(hold_ms),
-                paid_ms: None,
-                paid_by: None,
-                extensions: 0,
-                query_failures: 0,
-                email_sent: false,
+                ..admitted.held_record()
             };
             match self.ports.records.put(record, Condition::NotExists).await {
                 Ok(()) => {
