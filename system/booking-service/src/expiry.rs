@@ -212,10 +212,14 @@ impl ExpiryHandler {
     }
 
     /// Reads the stream until `shutdown` says stop. A failed read or batch
-    /// waits `backoff` before the next try.
+    /// waits `backoff` before the next try. A stop wins over a read or a
+    /// back-off that ends at the same moment.
     pub async fn run(&self, mut shutdown: Shutdown, wait: Duration, backoff: Duration) {
         while !stopping(&shutdown) {
             let result = tokio::select! {
+                // the stop first, every time: an unbiased select picks at
+                // random among ready branches
+                biased;
                 _ = stopped(&mut shutdown) => break,
                 r = self.poll_once(wait) => r,
             };
@@ -228,6 +232,7 @@ impl ExpiryHandler {
             };
             if failed {
                 tokio::select! {
+                    biased;
                     _ = stopped(&mut shutdown) => break,
                     _ = tokio::time::sleep(backoff) => {}
                 }

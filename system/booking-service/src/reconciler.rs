@@ -595,12 +595,16 @@ impl Reconciler {
 
     /// Sweeps every `sweep_interval` until `shutdown` says stop, then gives
     /// the lock up. A sweep in progress is finished first (it is bounded by
-    /// the budget and the query timeout).
+    /// the budget and the query timeout). A stop and a tick due at the same
+    /// moment stop it: no sweep starts after the stop was seen.
     pub async fn run(&self, mut shutdown: Shutdown) {
         let mut interval = tokio::time::interval(self.config.settings.sweep_interval);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !stopping(&shutdown) {
             tokio::select! {
+                // the stop first: an unbiased select picks at random among
+                // ready branches, so runs on paused time would differ
+                biased;
                 _ = stopped(&mut shutdown) => break,
                 _ = interval.tick() => {}
             }

@@ -482,11 +482,16 @@ impl Worker {
     }
 
     /// Polls until `shutdown` says stop. A receive in progress is abandoned on
-    /// shutdown; a batch being handled is finished first.
+    /// shutdown (also one that has its batch at the moment the stop comes:
+    /// the messages reappear after their visibility timeout); a batch being
+    /// handled is finished first.
     pub async fn run(&self, mut shutdown: Shutdown) {
         let wait = self.config.wait.min(RECEIVE_WAIT_MAX);
         while !stopping(&shutdown) {
             let received = tokio::select! {
+                // the stop first, every time: an unbiased select picks at
+                // random among ready branches
+                biased;
                 _ = stopped(&mut shutdown) => break,
                 r = self.queue.receive(self.config.batch.clamp(1, RECEIVE_BATCH_MAX), wait) => r,
             };
@@ -500,6 +505,7 @@ impl Worker {
                     bump(&self.stats.receive_failures);
                     tracing::warn!(error = %e, "receive failed");
                     tokio::select! {
+                        biased;
                         _ = stopped(&mut shutdown) => break,
                         _ = tokio::time::sleep(self.config.receive_backoff) => {}
                     }
