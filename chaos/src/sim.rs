@@ -10,6 +10,13 @@
 //!   does (admit → create the payment → attach → booking copy → enqueue,
 //!   undone by its token on failure), done directly on the ports, with the
 //!   request deadline; refused candidates try another level, busy ones retry;
+//! - the API instances (`sim-api-{i}`, a candidate's is
+//!   `process_of(candidate) % instances`): each its own `Stack` whose gateway
+//!   takes the fleet's token from the instance's own `booking_bkash`
+//!   `TokenManager` before every create, execute and query, from the
+//!   gateway's grant endpoint with bKash's allowance
+//!   ([`ports::SimTokenEndpoint`]: two grants an hour, checked as
+//!   `one_token_grant`);
 //! - the payers ([`plan::PayerMix`]): pay now, pay late, abandon, approve and
 //!   never come back, cancel, fail (and some book again); a payment completes
 //!   when the callback executes it, then `confirm::mark_paid` runs for the
