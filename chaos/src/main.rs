@@ -317,9 +317,14 @@ fn run_zoo(only: &[Bug], controls: bool, out: &Path) -> anyhow::Result<bool> {
     let table = zoo::table(&rows);
     println!("{table}");
     let ok = rows.iter().filter(|r| r.ok()).count();
+    let mut bugs: Vec<&str> = rows.iter().map(|r| r.bug.as_str()).collect();
+    bugs.sort_unstable();
+    bugs.dedup();
     println!(
-        "{ok} of {} bugs caught in {:.1} s",
+        "{ok} of {} zoo rows caught ({} bug{}) in {:.1} s",
         rows.len(),
+        bugs.len(),
+        if bugs.len() == 1 { "" } else { "s" },
         started.elapsed().as_secs_f64()
     );
     std::fs::write(out.join("zoo.json"), serde_json::to_string_pretty(&rows)?)?;

@@ -10,6 +10,13 @@
 //!   does (admit → create the payment → attach → booking copy → enqueue,
 //!   undone by its token on failure), done directly on the ports, with the
 //!   request deadline; refused candidates try another level, busy ones retry;
+//! - the API instances (`sim-api-{i}`, a candidate's is
+//!   `process_of(candidate) % instances`): each its own `Stack` whose gateway
+//!   takes the fleet's token from the instance's own `booking_bkash`
+//!   `TokenManager` before every create, execute and query, from the
+//!   gateway's grant endpoint with bKash's allowance
+//!   ([`ports::SimTokenEndpoint`]: two grants an hour, checked as
+//!   `one_token_grant`);
 //! - the payers ([`plan::PayerMix`]): pay now, pay late, abandon, approve and
 //!   never come back, cancel, fail (and some book again); a payment completes
 //!   when the callback executes it, then `confirm::mark_paid` runs for the
@@ -37,7 +44,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use booking::SeededEntropy;
 use booking::Settings;
 use booking::gateway::{GatewayPaymentState, PaymentGateway, codes};
 use booking::ledger::Ledger;
@@ -46,6 +52,8 @@ use booking::queue::Queue;
 use booking::records::{ChangeStream, ConfirmPath, RecordStatus, RecordStore};
 use booking::status::{StatusDocument, StatusWriter};
 use booking::{Bugs, CandidateHash, Clock, Coordination, Level, PaymentId, SaleId};
+use booking::{Entropy, SeededEntropy};
+use booking_bkash::{TokenConfig, TokenManager};
 use booking_embedded::coordination::EmbeddedCoordination;
 use booking_embedded::ledger::EmbeddedLedger;
 use booking_embedded::outputs::{AlertLog, ObjectSink, OutboxMailer};
@@ -76,7 +84,10 @@ use crate::wrappers::{
 };
 use checks::{LevelEnd, Snapshot, invariants, status_checks};
 use plan::{Behaviour, LoadShape, PayerMix, coin, plan_arrivals, rng_for};
-use ports::{RecordingLedger, RecordingMailer, SimGateway, TrackingQueue, process_of};
+use ports::{
+    RecordingLedger, RecordingMailer, SimGateway, SimTokenEndpoint, TokenedGateway, TrackingQueue,
+    process_of,
+};
 
 /// The epoch the virtual clock starts at (ms).
 pub const EPOCH_MS: u64 = 1_800_000_000_000;
@@ -118,6 +129,12 @@ pub struct SimConfig {
     pub api_instances: usize,
     /// How often the TTL service deletes what expired a sweep window ago.
     pub ttl_every: Duration,
+    /// How long the gateway's token grant and refresh calls take to answer.
+    /// Every API instance takes the fleet's token through its own
+    /// `TokenManager` before each payment call, so the burst's first
+    /// requests on every instance wait for the first grant.
+    #[serde(default = "default_grant_latency")]
+    pub grant_latency: Duration,
     /// A sale not quiescent after this much virtual time fails.
     pub virtual_limit: Duration,
 }
@@ -157,9 +174,14 @@ impl SimConfig {
             reconcilers: 2,
             api_instances: 2,
             ttl_every: Duration::from_secs(10),
+            grant_latency: default_grant_latency(),
             virtual_limit: Duration::from_secs(8 * 60 * 60),
         }
     }
+}
+
+fn default_grant_latency() -> Duration {
+    Duration::from_millis(300)
 }
 
 /// What a simulated sale did, and whether every check held.
@@ -349,9 +371,12 @@ struct Ctx {
     /// Confirmations of a live booking whose message the worker had
     /// finished, refused because another payment's HELD record stood there.
     shadowed: Mutex<Vec<String>>,
-    /// The sale's ports as one instance sees them: what the request path,
-    /// the callback and the webhook run over.
+    /// The sale's ports as the first API instance sees them (its gateway
+    /// takes that instance's token); [`Ctx::stack_for`] is a candidate's.
     stack: Stack,
+    /// Each simulated API instance's ports (`sim-api-{i}`): the same
+    /// backends, each its own gateway with its own `TokenManager`.
+    stacks: Vec<Stack>,
     // what is going on
     live: AtomicU64,
     requests: AtomicU64,
@@ -433,6 +458,13 @@ impl Ctx {
         });
     }
 
+    /// The ports of the API instance serving `candidate`: the one whose
+    /// status writer [`Ctx::poke`] pokes.
+    fn stack_for(&self, candidate: &CandidateHash) -> &Stack {
+        let i = (process_of(candidate) % self.stacks.len().max(1) as u64) as usize;
+        self.stacks.get(i).unwrap_or(&self.stack)
+    }
+
     fn confirm_ports(&self) -> ConfirmPorts<'_> {
         ConfirmPorts {
             records: self.records.as_ref(),
@@ -444,7 +476,8 @@ impl Ctx {
     }
 
     /// `POST /bookings`: the API's own request path
-    /// ([`booking_service::admission::book`]) over the sale's stack.
+    /// ([`booking_service::admission::book`]) over the stack of the
+    /// candidate's API instance.
     async fn admit(&self, candidate: &CandidateHash, level: &Level) -> Admitted {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.config.settings.request_deadline;
@@ -452,7 +485,8 @@ impl Ctx {
             ctx: self,
             candidate,
         };
-        match admission::book(&self.stack, &events, candidate, level, deadline).await {
+        let stack = self.stack_for(candidate);
+        match admission::book(stack, &events, candidate, level, deadline).await {
             BookAnswer::Admitted { booking, .. } => Admitted::Held {
                 payment: booking.payment_id,
                 deadline_ms: booking.deadline_ms,
@@ -940,10 +974,19 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         })
         .collect();
 
+    // each API instance's gateway: the fleet's token from its own
+    // TokenManager (shared through coordination, the zoo's bugs switched
+    // on), against the gateway's grant allowance
+    let token_endpoint = Arc::new(SimTokenEndpoint::new(clock.clone(), config.grant_latency));
+    let entropy: Arc<dyn Entropy> = Arc::new(SeededEntropy::new(config.seed));
+    let instance_settings = Settings {
+        bugs: config.bugs.clone(),
+        ..settings.clone()
+    };
     let stack = Stack {
         sale: sale.clone(),
         prefix: "sim".into(),
-        settings: settings.clone(),
+        settings: instance_settings.clone(),
         prices: levels
             .iter()
             .map(|l| (l.clone(), "500".to_owned()))
@@ -959,14 +1002,37 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         alerts: alerts.clone(),
         status_sink: sink.clone(),
         clock: clock.clone(),
-        entropy: Arc::new(SeededEntropy::new(config.seed)),
+        entropy: entropy.clone(),
         webhook_trust: WebhookTrust {
             cert_urls: sns::CertUrlPolicy::none(),
             topics: sns::TopicPolicy::any(),
         },
     };
+    let stacks: Vec<Stack> = (0..config.api_instances.max(1))
+        .map(|_| {
+            let tokens = TokenManager::with_entropy(
+                token_endpoint.clone(),
+                coordination.clone(),
+                clock.clone(),
+                TokenConfig::from_settings(&instance_settings),
+                &stack.prefix,
+                entropy.clone(),
+            );
+            Stack {
+                gateway: Arc::new(TokenedGateway::new(
+                    tokens,
+                    token_endpoint.clone(),
+                    gateway.clone(),
+                )),
+                ..stack.clone()
+            }
+        })
+        .collect();
+    let stack = stacks.first().cloned().unwrap_or(stack);
     let ctx = Arc::new(Ctx {
+        gateway: stack.gateway.clone(),
         stack,
+        stacks: stacks.clone(),
         config: config.clone(),
         sale: sale.clone(),
         levels,
@@ -981,7 +1047,6 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         sim_gateway,
         ledger: ledger.clone(),
         records: records.clone(),
-        gateway: gateway.clone(),
         mailer: mailer.clone(),
         alerts: alerts.clone(),
         status: status.clone(),
@@ -1044,7 +1109,8 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
             ReconcilerPorts {
                 records: records.clone(),
                 ledger: ledger.clone(),
-                gateway: gateway.clone(),
+                // the instance the reconciler runs on pays with its gateway
+                gateway: stacks[i % stacks.len()].gateway.clone(),
                 coordination: coordination.clone(),
                 mailer: mailer.clone(),
                 alerts: alerts.clone(),
@@ -1164,6 +1230,11 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         "handled_bookings_have_their_record",
         "confirmations refused by another payment's record".to_owned(),
         ctx.shadowed.lock().clone(),
+    ));
+    checks.push(checks::verdict(
+        "one_token_grant",
+        token_endpoint.spent(),
+        token_endpoint.regrants(),
     ));
     checks.extend(check_all(&history.ops(), &final_state(&snapshot)));
     let passed = checks.iter().all(|c| c.passed);

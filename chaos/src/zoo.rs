@@ -11,6 +11,11 @@
 //!   and the rehearsal's verdicts, for bugs that live in the HTTP confirm
 //!   paths, the status writer, the token manager or the Redis pool.
 //!
+//! A bug both can catch has a row for each: `token_grant_per_instance` is
+//! caught by the rehearsal's audit and, in seconds, by a sale in virtual
+//! time whose API instances pay through the real `TokenManager` against the
+//! grant allowance ([`crate::sim::ports::SimTokenEndpoint`]).
+//!
 //! A row is caught when the run fails and at least one failed check is one
 //! the case expects. A control (the same run with every switch off) must
 //! pass, or the row proves nothing: sim rows always run theirs (seconds);
@@ -140,7 +145,8 @@ kind = { type = "error" }
     }
 }
 
-/// Every case, in the order of [`Bug::ALL`].
+/// Every case, in the order of [`Bug::ALL`]; a bug caught by both
+/// harnesses has a row for each, the rehearsal's first.
 pub fn cases() -> Vec<ZooCase> {
     let rehearsal = |sets: &[&str]| Harness::Rehearsal {
         sets: sets.iter().map(|s| (*s).to_owned()).collect(),
@@ -292,6 +298,18 @@ kind = { type = "error" }
             expect: &["one_token_grant"],
         },
         ZooCase {
+            bug: Bug::TokenGrantPerInstance,
+            what: "every instance grants its own gateway token",
+            // two API instances, each paying through its own TokenManager:
+            // the burst's first requests reach both at once, while the
+            // first grant is still on its way
+            harness: sim(SimConfig {
+                api_instances: 2,
+                ..SimConfig::scaled(10, 200)
+            }),
+            expect: &["one_token_grant"],
+        },
+        ZooCase {
             bug: Bug::ExecuteAfterDeadline,
             what: "callback executes after the hold's deadline",
             // a quarter of the payers come back a second after the hold ends
@@ -318,7 +336,7 @@ kind = { type = "error" }
     ]
 }
 
-/// The case of `bug`.
+/// The (first) case of `bug`.
 pub fn case(bug: Bug) -> Option<ZooCase> {
     cases().into_iter().find(|c| c.bug == bug)
 }
@@ -448,12 +466,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_bug_has_one_case_whose_schedule_is_valid() {
+    fn every_bug_has_a_case_per_harness_whose_schedule_is_valid() {
         let cases = cases();
-        assert_eq!(
-            cases.iter().map(|c| c.bug).collect::<Vec<_>>(),
-            Bug::ALL.to_vec()
-        );
+        let mut bugs = cases.iter().map(|c| c.bug).collect::<Vec<_>>();
+        bugs.dedup();
+        assert_eq!(bugs, Bug::ALL.to_vec());
+        let mut rows = cases
+            .iter()
+            .map(|c| (c.bug.name(), c.harness.name()))
+            .collect::<Vec<_>>();
+        rows.sort_unstable();
+        rows.dedup();
+        assert_eq!(rows.len(), cases.len(), "one row per bug and harness");
+        let token = cases
+            .iter()
+            .filter(|c| c.bug == Bug::TokenGrantPerInstance)
+            .map(|c| c.harness.name())
+            .collect::<Vec<_>>();
+        assert_eq!(token, ["rehearsal", "sim"]);
         for c in &cases {
             assert!(!c.expect.is_empty(), "{}", c.bug);
             if let Harness::Sim(config) = &c.harness {

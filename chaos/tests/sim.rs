@@ -105,7 +105,7 @@ fn the_articles_full_sale_passes_every_check() {
     assert!(report.paid > 15_000 && report.paid <= 20_700);
     // holds of ten minutes and a settle period: at least half an hour of sale
     assert!(report.virtual_secs >= 30 * 60);
-    assert_eq!(report.checks.len(), 16);
+    assert_eq!(report.checks.len(), 17);
 }
 
 #[test]
@@ -246,6 +246,49 @@ fn same_sale_compares_every_figure_but_the_wall_time() {
     let mut d = a.clone();
     d.virtual_secs += 1;
     assert!(!a.same_sale(&d));
+}
+
+/// Under the article's settings (requests wait 8 s, a grant has 30 s of its
+/// own, the lock 45 s), a grant that takes 20 s: the first requests of every
+/// API instance give up waiting (their admissions are undone, they come
+/// back), the grant lands, and no instance grants a second token.
+#[test]
+fn a_slow_grant_is_waited_for_not_repeated_by_another_instance() {
+    let config = SimConfig {
+        grant_latency: Duration::from_secs(20),
+        api_instances: 3,
+        ..SimConfig::scaled(4, 600)
+    };
+    assert_eq!(config.settings, booking::Settings::default());
+    let report = sim::run(&config).unwrap();
+    println!("{}", report.summary());
+    must_pass(&report);
+    let grants = report.check("one_token_grant").unwrap();
+    assert!(
+        grants
+            .detail
+            .contains(": 1 grant(s) in the busiest 3600 s window, 1 in all, 0 refused"),
+        "{}",
+        grants.detail
+    );
+    // the burst's first requests waited out their deadline for the token
+    assert!(report.undone > 100, "{}", report.summary());
+    assert!(report.paid > 0);
+    // the same sale with the zoo's switch: every instance grants its own,
+    // the third is refused for the allowance
+    let bugged = sim::run(&SimConfig {
+        bugs: booking::Bugs::of([booking::Bug::TokenGrantPerInstance]),
+        ..config
+    })
+    .unwrap();
+    assert_eq!(bugged.failed(), ["one_token_grant"], "{}", bugged.summary());
+    let detail = &bugged.check("one_token_grant").unwrap().detail;
+    assert!(detail.contains("2 grants in one window"), "{detail}");
+    // the third instance, locked out, tries again after every back-off
+    assert!(
+        detail.contains("refused for the allowance, at ms [1, 80001,"),
+        "{detail}"
+    );
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! The simulation's own ports: a gateway with seeded payers behind it
-//! ([`SimGateway`]), and the layers that record a history as the ledger and
-//! the mailer see it ([`RecordingLedger`], [`RecordingMailer`]).
+//! ([`SimGateway`]), its token endpoints with bKash's grant allowance
+//! ([`SimTokenEndpoint`]), an API instance's way to it through the real
+//! [`TokenManager`] ([`TokenedGateway`]), and the layers that record a
+//! history as the ledger and the mailer see it ([`RecordingLedger`],
+//! [`RecordingMailer`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -15,7 +18,16 @@ use booking::gateway::{
 use booking::ledger::{Admission, Counters, Hold, Ledger, LedgerError, Step};
 use booking::notify::{Confirmation, Mailer, NotifyError};
 use booking::{CandidateHash, Clock, Level, PaymentId, RequestToken, SaleId};
+use booking_bkash::{IssuedToken, TokenIssuer, TokenManager};
+use chrono::{DateTime, Utc};
+use mock_gateway::codes::Code;
+use mock_gateway::config::{
+    GRANT_LIMIT_DEFAULT, GRANT_WINDOW_SECS_DEFAULT, ID_TOKEN_TTL_SECS_DEFAULT,
+    REFRESH_TOKEN_TTL_SECS_DEFAULT,
+};
+use mock_gateway::tokens::{Issued, TokenLimits, Tokens};
 use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use crate::history::{History, OpKind, OpValue};
 
@@ -204,6 +216,310 @@ impl PaymentGateway for SimGateway {
             amount: None,
             invoice: Some(p.invoice.clone()),
         })
+    }
+}
+
+/// The app key the simulated merchant's instances grant with: one merchant,
+/// one allowance.
+pub const SIM_APP_KEY: &str = "sim-app-key";
+
+/// bKash's token figures, as the mock gateway enforces them by default: two
+/// grants an hour per app key, id tokens living an hour, refresh tokens 28
+/// days.
+pub fn bkash_token_limits() -> TokenLimits {
+    let secs = |s: u64| chrono::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX));
+    TokenLimits {
+        grant_limit: GRANT_LIMIT_DEFAULT,
+        grant_window: secs(GRANT_WINDOW_SECS_DEFAULT),
+        id_ttl: secs(ID_TOKEN_TTL_SECS_DEFAULT),
+        refresh_ttl: secs(REFRESH_TOKEN_TTL_SECS_DEFAULT),
+    }
+}
+
+/// What the token endpoints answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenLog {
+    /// When each grant the allowance let through was made, clock ms.
+    pub granted_ms: Vec<u64>,
+    /// When each grant refused for the allowance was asked for, clock ms.
+    pub refused_ms: Vec<u64>,
+    /// Refreshes answered (they spend no grant).
+    pub refreshes: u64,
+}
+
+/// The gateway's token grant and refresh endpoints, in memory, with the
+/// mock gateway's rules ([`mock_gateway::tokens::Tokens`]: the rolling
+/// per-app-key allowance of `take_grant`, id and refresh tokens that
+/// expire, refresh tokens bound to their app key). A grant is spent when the
+/// call reaches the endpoint; the answer comes `latency` later (or the call
+/// times out at its `within`, the grant spent all the same). Every grant is
+/// logged, so the end of a sale can say how many one window held.
+#[derive(Debug)]
+pub struct SimTokenEndpoint {
+    clock: Arc<dyn Clock>,
+    started_ms: u64,
+    limits: TokenLimits,
+    latency: Duration,
+    tokens: Tokens,
+    next: AtomicU64,
+    log: Mutex<TokenLog>,
+}
+
+/// Clock ms as the mock's time.
+fn at(ms: u64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(i64::try_from(ms).unwrap_or(i64::MAX)).unwrap_or_default()
+}
+
+fn code_error(code: Code) -> GatewayError {
+    refused(code.as_str(), code.message())
+}
+
+impl SimTokenEndpoint {
+    /// Endpoints with bKash's figures ([`bkash_token_limits`]) answering
+    /// after `latency`.
+    pub fn new(clock: Arc<dyn Clock>, latency: Duration) -> SimTokenEndpoint {
+        SimTokenEndpoint::with_limits(clock, bkash_token_limits(), latency)
+    }
+
+    /// Endpoints enforcing `limits`. The log's times are `clock`'s;
+    /// [`SimTokenEndpoint::regrants`] gives them as ms since this call.
+    pub fn with_limits(
+        clock: Arc<dyn Clock>,
+        limits: TokenLimits,
+        latency: Duration,
+    ) -> SimTokenEndpoint {
+        SimTokenEndpoint {
+            started_ms: clock.now_ms(),
+            clock,
+            limits,
+            latency,
+            tokens: Tokens::default(),
+            next: AtomicU64::new(1),
+            log: Mutex::new(TokenLog::default()),
+        }
+    }
+
+    fn fresh(&self) -> String {
+        format!("sim-token-{}", self.next.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The answer, `latency` after the call (a timeout if `within` ends
+    /// first: the call's effect stands).
+    async fn answer(
+        &self,
+        within: Duration,
+        answer: Result<Issued, Code>,
+    ) -> Result<IssuedToken, GatewayError> {
+        if self.latency > within {
+            tokio::time::sleep(within).await;
+            return Err(GatewayError::Timeout);
+        }
+        tokio::time::sleep(self.latency).await;
+        answer.map_err(code_error).map(|t| IssuedToken {
+            id_token: t.id_token,
+            refresh_token: Some(t.refresh_token),
+            expires_in: Duration::from_secs(t.expires_in),
+        })
+    }
+
+    /// Whether an API call with `id_token` is let through now (the
+    /// gateway's `Authorization` check).
+    pub fn check(&self, id_token: &str) -> Result<(), GatewayError> {
+        self.tokens
+            .check(id_token, SIM_APP_KEY, at(self.clock.now_ms()))
+            .map_err(code_error)
+    }
+
+    /// The rolling window of the allowance.
+    pub fn window(&self) -> Duration {
+        self.limits.grant_window.to_std().unwrap_or_default()
+    }
+
+    /// What the endpoints answered so far.
+    pub fn log(&self) -> TokenLog {
+        self.log.lock().clone()
+    }
+
+    /// Grants the app key spent in the window ending now (what the mock's
+    /// ledger reports as `grants_in_window`).
+    pub fn grants_in_window(&self) -> usize {
+        self.tokens
+            .grants_in_window(at(self.clock.now_ms()), self.limits.grant_window)
+            .into_iter()
+            .filter(|(key, _)| key == SIM_APP_KEY)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The most grants any one window held: the grants from each grant on,
+    /// less than a window later.
+    pub fn busiest_window(&self) -> usize {
+        let window = u64::try_from(self.window().as_millis()).unwrap_or(u64::MAX);
+        let granted = &self.log.lock().granted_ms;
+        granted
+            .iter()
+            .map(|t| {
+                granted
+                    .iter()
+                    .filter(|u| **u >= *t && **u - *t < window)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// What the sale spent, for the `one_token_grant` check: grants in the
+    /// busiest window, grants refused, refreshes.
+    pub fn spent(&self) -> String {
+        let log = self.log();
+        format!(
+            "app key {SIM_APP_KEY}: {} grant(s) in the busiest {} s window, {} in all, \
+             {} refused for the allowance, {} refresh(es)",
+            self.busiest_window(),
+            self.window().as_secs(),
+            log.granted_ms.len(),
+            log.refused_ms.len(),
+            log.refreshes
+        )
+    }
+
+    /// The `one_token_grant` violations: the fleet shares one token, so a
+    /// window holds one grant at most (refreshes spend none), and no grant
+    /// is refused for the allowance.
+    pub fn regrants(&self) -> Vec<String> {
+        let log = self.log();
+        let since = |times: &[u64]| {
+            times
+                .iter()
+                .map(|t| t.saturating_sub(self.started_ms))
+                .collect::<Vec<_>>()
+        };
+        let mut out = Vec::new();
+        let busiest = self.busiest_window();
+        if busiest > 1 {
+            out.push(format!(
+                "app key {SIM_APP_KEY}: {busiest} grants in one window, granted at ms {:?}",
+                since(&log.granted_ms)
+            ));
+        }
+        if !log.refused_ms.is_empty() {
+            out.push(format!(
+                "app key {SIM_APP_KEY}: {} grant(s) refused for the allowance, at ms {:?}",
+                log.refused_ms.len(),
+                since(&log.refused_ms)
+            ));
+        }
+        out
+    }
+}
+
+#[async_trait]
+impl TokenIssuer for SimTokenEndpoint {
+    async fn grant(&self, within: Duration) -> Result<IssuedToken, GatewayError> {
+        let now = self.clock.now_ms();
+        let answer = self
+            .tokens
+            .grant(SIM_APP_KEY, at(now), self.limits, || self.fresh());
+        {
+            let mut log = self.log.lock();
+            match &answer {
+                Ok(_) => log.granted_ms.push(now),
+                Err(_) => log.refused_ms.push(now),
+            }
+        }
+        self.answer(within, answer).await
+    }
+
+    async fn refresh(
+        &self,
+        refresh_token: &str,
+        within: Duration,
+    ) -> Result<IssuedToken, GatewayError> {
+        let now = at(self.clock.now_ms());
+        let answer = self
+            .tokens
+            .refresh(SIM_APP_KEY, refresh_token, now, self.limits, || {
+                self.fresh()
+            });
+        if answer.is_ok() {
+            self.log.lock().refreshes += 1;
+        }
+        self.answer(within, answer).await
+    }
+}
+
+/// One API instance's gateway: each call (create, execute, query) takes the
+/// fleet's token from the instance's own [`TokenManager`] first, as
+/// `booking_bkash::BkashGateway` does, within the call's budget; without one
+/// it is refused ([`GatewayError::TokenUnavailable`]) and the gateway is not
+/// called. A token the endpoint no longer accepts is dropped for the fleet.
+/// The call gets what is left of its budget.
+#[derive(Debug)]
+pub struct TokenedGateway {
+    tokens: TokenManager,
+    endpoint: Arc<SimTokenEndpoint>,
+    inner: Arc<dyn PaymentGateway>,
+}
+
+impl TokenedGateway {
+    /// Calls to `inner` with tokens from `tokens`, checked by `endpoint`.
+    pub fn new(
+        tokens: TokenManager,
+        endpoint: Arc<SimTokenEndpoint>,
+        inner: Arc<dyn PaymentGateway>,
+    ) -> TokenedGateway {
+        TokenedGateway {
+            tokens,
+            endpoint,
+            inner,
+        }
+    }
+
+    /// The instance's token manager.
+    pub fn tokens(&self) -> &TokenManager {
+        &self.tokens
+    }
+
+    /// A token the gateway accepts, within `within`: what is left of it.
+    async fn authorized(&self, within: Duration) -> Result<Duration, GatewayError> {
+        let deadline = Instant::now() + within;
+        let token = self.tokens.token_until(deadline).await?;
+        if let Err(e) = self.endpoint.check(&token) {
+            tracing::debug!(error = %e, "the gateway refused the token");
+            self.tokens.invalidate(&token).await;
+            return Err(GatewayError::TokenUnavailable);
+        }
+        Ok(deadline.saturating_duration_since(Instant::now()))
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for TokenedGateway {
+    async fn create(
+        &self,
+        req: &CreatePayment,
+        within: Duration,
+    ) -> Result<CreatedPayment, GatewayError> {
+        let left = self.authorized(within).await?;
+        self.inner.create(req, left).await
+    }
+
+    async fn execute(
+        &self,
+        payment: &PaymentId,
+        within: Duration,
+    ) -> Result<Executed, GatewayError> {
+        let left = self.authorized(within).await?;
+        self.inner.execute(payment, left).await
+    }
+
+    async fn query(
+        &self,
+        payment: &PaymentId,
+        within: Duration,
+    ) -> Result<PaymentStatus, GatewayError> {
+        let left = self.authorized(within).await?;
+        self.inner.query(payment, left).await
     }
 }
 
@@ -549,6 +865,180 @@ mod tests {
         assert!(matches!(q.state, GatewayPaymentState::Completed { .. }));
         let missing = PaymentId::parse("NOPE").unwrap();
         assert!(gw.query(&missing, w).await.is_err());
+    }
+
+    const EPOCH: u64 = 1_800_000_000_000;
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn refused_code(e: &GatewayError) -> Option<&str> {
+        e.refused_code()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_endpoint_allows_two_grants_an_hour_and_refreshes_spend_none() {
+        let clock = crate::injector::TokioClock::new(EPOCH);
+        let ep = SimTokenEndpoint::new(Arc::new(clock), Duration::ZERO);
+        let w = Duration::from_secs(1);
+        let first = ep.grant(w).await.unwrap();
+        assert_eq!(first.expires_in, HOUR, "bKash's id tokens live an hour");
+        assert!(ep.check(&first.id_token).is_ok());
+        assert!(ep.check("forged").is_err());
+        ep.grant(w).await.unwrap();
+        let third = ep.grant(w).await.unwrap_err();
+        assert_eq!(refused_code(&third), Some("2081"), "{third}");
+        assert_eq!(ep.busiest_window(), 2);
+        assert_eq!(ep.grants_in_window(), 2);
+        assert_eq!(ep.regrants().len(), 2, "{:?}", ep.regrants());
+        assert!(
+            ep.spent()
+                .contains("2 grant(s) in the busiest 3600 s window")
+        );
+        // a refresh spends nothing and gives a token the gateway takes
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        let rt = first.refresh_token.clone().unwrap();
+        let refreshed = ep.refresh(&rt, w).await.unwrap();
+        assert_eq!(refreshed.refresh_token.as_deref(), Some(rt.as_str()));
+        assert!(ep.check(&refreshed.id_token).is_ok());
+        assert!(ep.refresh("unknown", w).await.is_err());
+        let log = ep.log();
+        assert_eq!((log.granted_ms.len(), log.refused_ms.len()), (2, 1));
+        assert_eq!(log.refreshes, 1);
+        // an hour on: the first token is refused, the window has rolled
+        tokio::time::sleep(HOUR - Duration::from_secs(600)).await;
+        assert_eq!(
+            refused_code(&ep.check(&first.id_token).unwrap_err()),
+            Some("2080")
+        );
+        ep.grant(w).await.unwrap();
+        assert_eq!(ep.grants_in_window(), 1);
+        assert_eq!(ep.busiest_window(), 2, "the busiest window is kept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_grant_times_out_at_the_callers_budget_spent_all_the_same() {
+        let clock = crate::injector::TokioClock::new(EPOCH);
+        let ep = SimTokenEndpoint::new(Arc::new(clock), Duration::from_secs(5));
+        let started = Instant::now();
+        assert_eq!(
+            ep.grant(Duration::from_secs(1)).await,
+            Err(GatewayError::Timeout)
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert_eq!(ep.log().granted_ms.len(), 1);
+        let t = ep.grant(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(6));
+        assert!(ep.check(&t.id_token).is_ok());
+    }
+
+    /// `n` API instances' gateways over one coordination store and one
+    /// endpoint (which answers after `latency`), the zoo's switch as `bugs`.
+    fn fleet(
+        n: usize,
+        latency: Duration,
+        bugs: booking::Bugs,
+    ) -> (Arc<SimTokenEndpoint>, Arc<SimGateway>, Vec<TokenedGateway>) {
+        let clock: Arc<dyn Clock> = Arc::new(crate::injector::TokioClock::new(EPOCH));
+        let ep = Arc::new(SimTokenEndpoint::new(clock.clone(), latency));
+        let gw = Arc::new(SimGateway::new(clock.clone(), Duration::from_secs(600)));
+        let store: Arc<dyn booking::Coordination> = Arc::new(
+            booking_embedded::coordination::EmbeddedCoordination::new(clock.clone()),
+        );
+        let entropy: Arc<dyn booking::Entropy> = Arc::new(booking::SeededEntropy::new(1));
+        let settings = booking::Settings {
+            bugs,
+            ..booking::Settings::default()
+        };
+        let instances = (0..n)
+            .map(|_| {
+                let tokens = TokenManager::with_entropy(
+                    ep.clone(),
+                    store.clone(),
+                    clock.clone(),
+                    booking_bkash::TokenConfig::from_settings(&settings),
+                    "sim",
+                    entropy.clone(),
+                );
+                TokenedGateway::new(tokens, ep.clone(), gw.clone())
+            })
+            .collect();
+        (ep, gw, instances)
+    }
+
+    fn request() -> CreatePayment {
+        CreatePayment {
+            invoice: "inv".into(),
+            amount: "500".into(),
+            payer_reference: "p".into(),
+            callback_url: "u".into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn instances_paying_at_once_wait_for_one_slow_grant() {
+        // the grant outlasts the requests' 8 s: they give up, it lands
+        let (ep, gw, instances) = fleet(3, Duration::from_secs(20), booking::Bugs::none());
+        let w = Duration::from_secs(8);
+        let req = request();
+        let (a, b, c) = tokio::join!(
+            instances[0].create(&req, w),
+            instances[1].create(&req, w),
+            instances[2].create(&req, w)
+        );
+        for answer in [a, b, c] {
+            assert_eq!(answer.unwrap_err(), GatewayError::TokenUnavailable);
+        }
+        assert!(gw.payments().is_empty(), "no token, no call");
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        for g in &instances {
+            g.create(&req, w).await.unwrap();
+        }
+        assert_eq!(gw.payments().len(), 3);
+        assert_eq!(ep.log().granted_ms.len(), 1);
+        assert!(ep.regrants().is_empty());
+        let grants: u64 = instances.iter().map(|g| g.tokens().stats().grants).sum();
+        assert_eq!(grants, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_the_zoo_switch_each_instance_grants_and_the_third_is_locked_out() {
+        let bugs = booking::Bugs::of([booking::Bug::TokenGrantPerInstance]);
+        let (ep, gw, instances) = fleet(3, Duration::from_millis(300), bugs);
+        let w = Duration::from_secs(8);
+        let req = request();
+        let (a, b, c) = tokio::join!(
+            instances[0].create(&req, w),
+            instances[1].create(&req, w),
+            instances[2].create(&req, w)
+        );
+        let answers = [a, b, c];
+        assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 2);
+        assert_eq!(
+            answers.iter().filter(|a| a.is_err()).collect::<Vec<_>>(),
+            [&Err(GatewayError::TokenUnavailable)]
+        );
+        assert_eq!(gw.payments().len(), 2);
+        let log = ep.log();
+        assert_eq!((log.granted_ms.len(), log.refused_ms.len()), (2, 1));
+        assert_eq!(ep.regrants().len(), 2, "{:?}", ep.regrants());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_the_gateway_no_longer_takes_is_dropped_and_replaced() {
+        let (ep, gw, instances) = fleet(1, Duration::ZERO, booking::Bugs::none());
+        let g = &instances[0];
+        let w = Duration::from_secs(8);
+        let id = g.tokens().token(w).await.unwrap();
+        // the gateway forgets its tokens (a restart of its token store)
+        ep.tokens.clear();
+        assert_eq!(
+            g.query(&PaymentId::parse("SIM1").unwrap(), w).await,
+            Err(GatewayError::TokenUnavailable)
+        );
+        assert!(gw.payments().is_empty());
+        // the refresh token is gone too: the next call grants
+        g.create(&request(), w).await.unwrap();
+        assert_ne!(g.tokens().token(w).await.unwrap(), id);
+        assert_eq!(ep.log().granted_ms.len(), 2);
     }
 }
 

@@ -10,7 +10,8 @@
 //!   expires. The refresh token is also kept on its own key with a long TTL, so
 //!   the next refresher can refresh after the token's value is gone.
 //! - **One refresher at a time.** An instance that finds no valid token takes
-//!   [`keys::gateway_token_lock`] (SET NX, `lock_ttl`, a fresh random owner).
+//!   [`keys::gateway_token_lock`] (SET NX, `lock_ttl`, a fresh random owner
+//!   drawn from the manager's [`Entropy`]).
 //!   Only the holder calls the gateway: refresh if a refresh token is known
 //!   (refreshing spends no grant), grant otherwise or if the refresh is refused.
 //!   Everyone else polls for the new token every `poll_interval` while their
@@ -34,13 +35,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use booking::Settings;
 use booking::clock::Clock;
 use booking::coordination::{Coordination, keys};
 use booking::gateway::GatewayError;
 use booking::settings::{
     TOKEN_GRANT_BACKOFF, TOKEN_GRANT_DEADLINE, TOKEN_LOCK, TOKEN_REFRESH_EARLY,
 };
+use booking::{Entropy, OsEntropy, Settings};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -189,6 +190,7 @@ struct Inner {
     lock_key: String,
     refresh_key: String,
     instance: String,
+    entropy: Arc<dyn Entropy>,
     attempts: AtomicU64,
     /// The last token this instance stored or read.
     local: Mutex<Option<CachedToken>>,
@@ -205,7 +207,9 @@ pub struct TokenManager {
 
 impl TokenManager {
     /// A manager that gets tokens from `issuer`, shares them through
-    /// `coordination` under `prefix`, and reads token lifetimes from `clock`.
+    /// `coordination` under `prefix`, and reads token lifetimes from `clock`;
+    /// its instance id and lock owner tokens come from the operating system's
+    /// randomness.
     pub fn new(
         issuer: Arc<dyn TokenIssuer>,
         coordination: Arc<dyn Coordination>,
@@ -213,7 +217,28 @@ impl TokenManager {
         config: TokenConfig,
         prefix: &str,
     ) -> TokenManager {
-        let instance = format!("{:016x}", rand::random::<u64>());
+        TokenManager::with_entropy(
+            issuer,
+            coordination,
+            clock,
+            config,
+            prefix,
+            Arc::new(OsEntropy),
+        )
+    }
+
+    /// [`TokenManager::new`] drawing its instance id and lock owner tokens
+    /// from `entropy`: a seeded one makes a simulator's run the same from
+    /// the same seed.
+    pub fn with_entropy(
+        issuer: Arc<dyn TokenIssuer>,
+        coordination: Arc<dyn Coordination>,
+        clock: Arc<dyn Clock>,
+        config: TokenConfig,
+        prefix: &str,
+        entropy: Arc<dyn Entropy>,
+    ) -> TokenManager {
+        let instance = format!("{:016x}", entropy.next_u128() as u64);
         // the zoo's bug: keys of its own, so nothing is shared
         let own = |key: String| {
             if config.per_instance {
@@ -237,6 +262,7 @@ impl TokenManager {
                 lock_key,
                 token_key,
                 instance,
+                entropy,
                 attempts: AtomicU64::new(0),
                 local: Mutex::new(None),
                 done: Notify::new(),
@@ -353,7 +379,11 @@ pub fn refresh_token_key(prefix: &str) -> String {
 impl Inner {
     fn next_owner(&self) -> String {
         let n = self.attempts.fetch_add(1, Ordering::Relaxed);
-        format!("{}-{n}-{:08x}", self.instance, rand::random::<u32>())
+        format!(
+            "{}-{n}-{:08x}",
+            self.instance,
+            self.entropy.next_u128() as u32
+        )
     }
 
     /// The shared token if usable; the local copy only if the store cannot
@@ -640,6 +670,35 @@ mod tests {
         }
         // one grant per instance, none shared
         assert_eq!(fleet.grants(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_seeded_entropy_names_the_instance_and_its_lock_owners() {
+        let fleet = Fleet::new(Fake::default());
+        let config = TokenConfig {
+            per_instance: true,
+            ..TokenConfig::default()
+        };
+        let seeded = |seed| {
+            TokenManager::with_entropy(
+                fleet.issuer.clone(),
+                fleet.store.clone(),
+                Arc::new(fleet.clock.clone()),
+                config.clone(),
+                "t",
+                Arc::new(booking::SeededEntropy::new(seed)),
+            )
+        };
+        let (a, b, c) = (seeded(7), seeded(7), seeded(8));
+        // the zoo's per-instance keys carry the instance id: the same seed
+        // names the same instance, another seed another one
+        assert_eq!(a.token_key(), b.token_key());
+        assert_ne!(a.token_key(), c.token_key());
+        // so do its lock owners (instance, attempt, random part)
+        assert_eq!(a.inner.next_owner(), b.inner.next_owner());
+        assert_ne!(a.inner.next_owner(), c.inner.next_owner());
+        a.token(Duration::from_secs(1)).await.unwrap();
+        assert_eq!(fleet.grants(), 1);
     }
 
     #[tokio::test(start_paused = true)]
