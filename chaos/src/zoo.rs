@@ -305,7 +305,22 @@ kind = { type = "error" }
         ZooCase {
             bug: Bug::EmailBeforePaid,
             what: "email sent before the PAID update",
+            // the callback and the webhook at the same moment, the record
+            // store's HELD→PAID taking a few ms (as DynamoDB's conditional
+            // update does): both paths read the HELD record before either
+            // has marked it
             harness: sim(SimConfig {
+                schedule: schedule(
+                    r#"
+[[fault]]
+name = "slow-mark-paid"
+target = "records"
+ops = ["mark_paid"]
+start_ms = 0
+duration_ms = 3_600_000
+kind = { type = "latency", delay = { uniform = { lo_ms = 5, hi_ms = 30 } } }
+"#,
+                ),
                 payers: PayerMix {
                     webhook_with_callback: 0.5,
                     webhook_lost: 0.0,

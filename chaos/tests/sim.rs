@@ -105,7 +105,7 @@ fn the_articles_full_sale_passes_every_check() {
     assert!(report.paid > 15_000 && report.paid <= 20_700);
     // holds of ten minutes and a settle period: at least half an hour of sale
     assert!(report.virtual_secs >= 30 * 60);
-    assert_eq!(report.checks.len(), 16);
+    assert_eq!(report.checks.len(), 19);
 }
 
 #[test]
