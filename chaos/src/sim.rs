@@ -11,10 +11,15 @@
 //!   undone by its token on failure), done directly on the ports, with the
 //!   request deadline; refused candidates try another level, busy ones retry;
 //! - the payers ([`plan::PayerMix`]): pay now, pay late, abandon, approve and
-//!   never come back, cancel, fail (and some book again); a payment completes
-//!   when the callback executes it, then `confirm::mark_paid` runs for the
-//!   callback and for the gateway's webhook (lost, late, twice, or at the
-//!   same moment as the callback);
+//!   never come back, cancel, fail (and some book again), forge the
+//!   redirect's status or come back after the deadline; each redirect back
+//!   goes through the API's own callback
+//!   ([`booking_service::callback::handle`], with the payment's signature
+//!   and the status the payer claims), which executes the payment, and the
+//!   gateway's IPN through the API's webhook decision
+//!   ([`booking_service::webhook::handle`]; lost, late, twice, or at the
+//!   same moment as the callback); both end in the confirm step
+//!   (`confirm::confirm_payment`);
 //! - the `Worker`s, the `Reconciler`s (sharing the lock), the
 //!   `ExpiryHandler` on the change stream, and the TTL service deleting
 //!   expired records a sweep window late.

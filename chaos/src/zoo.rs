@@ -8,8 +8,9 @@
 //!   [`crate::sim::checks::invariants`] and the history's checkers;
 //! - [`Harness::Rehearsal`]: a short rehearsal of the in-process fleet over
 //!   HTTP (the `ci` profile with the case's overrides), judged by the audit
-//!   and the rehearsal's verdicts, for bugs that live in the HTTP confirm
-//!   paths, the status writer, the token manager or the Redis pool.
+//!   and the rehearsal's verdicts, for bugs that need the fleet: the token
+//!   manager, the Redis pool, and the confirm paths over real HTTP (the
+//!   redirect bugs have a row on each harness).
 //!
 //! A row is caught when the run fails and at least one failed check is one
 //! the case expects. A control (the same run with every switch off) must
@@ -140,7 +141,19 @@ kind = { type = "error" }
     }
 }
 
-/// Every case, in the order of [`Bug::ALL`].
+/// A small calm sale in which `payers` weighs in a share of payers who
+/// exercise one confirm-path trap (forged statuses, late redirects), the
+/// rest as usual: the sim rows of the redirect bugs.
+fn confirm_path_sale(seed: u64, payers: PayerMix) -> SimConfig {
+    SimConfig {
+        payers,
+        ..SimConfig::scaled(seed, 1_000)
+    }
+}
+
+/// Every case, in the order of [`Bug::ALL`]; a bug may have a row on each
+/// harness (the redirect bugs: a sale in virtual time and the HTTP
+/// rehearsal).
 pub fn cases() -> Vec<ZooCase> {
     let rehearsal = |sets: &[&str]| Harness::Rehearsal {
         sets: sets.iter().map(|s| (*s).to_owned()).collect(),
@@ -213,6 +226,19 @@ kind = { type = "reset" }
         ZooCase {
             bug: Bug::TrustRedirectCancel,
             what: "redirect's status=cancel trusted: a paying payer's seat freed",
+            // payers who approve, then edit the redirect to say cancel
+            harness: sim(confirm_path_sale(
+                51,
+                PayerMix {
+                    pay_forge_cancel: 0.2,
+                    ..PayerMix::default()
+                },
+            )),
+            expect: &["approved_payers_told_paid"],
+        },
+        ZooCase {
+            bug: Bug::TrustRedirectCancel,
+            what: "redirect's status=cancel trusted: a paying payer's seat freed",
             harness: rehearsal(&[]),
             expect: &["approved_payers_told_paid"],
         },
@@ -262,6 +288,20 @@ kind = { type = "latency", delay = { exponential = { mean_ms = 30.0, max_ms = 30
         ZooCase {
             bug: Bug::TrustRedirectSuccess,
             what: "redirect's status=success trusted: PAID without an execute",
+            // payers who cancel at the gateway, then edit the redirect to
+            // say success
+            harness: sim(confirm_path_sale(
+                52,
+                PayerMix {
+                    cancel_forge_success: 0.2,
+                    ..PayerMix::default()
+                },
+            )),
+            expect: &["paid_bookings_completed_at_gateway"],
+        },
+        ZooCase {
+            bug: Bug::TrustRedirectSuccess,
+            what: "redirect's status=success trusted: PAID without an execute",
             harness: rehearsal(&[]),
             expect: &["paid_bookings_completed_at_gateway"],
         },
@@ -290,6 +330,24 @@ kind = { type = "error" }
             what: "every instance grants its own gateway token",
             harness: rehearsal(&[]),
             expect: &["one_token_grant"],
+        },
+        ZooCase {
+            bug: Bug::ExecuteAfterDeadline,
+            what: "callback executes after the hold's deadline",
+            // payers who approve in the hold's last ninety seconds and whose
+            // redirect comes back up to half a minute after the deadline
+            harness: sim(confirm_path_sale(
+                53,
+                PayerMix {
+                    pay_after_deadline: 0.2,
+                    ..PayerMix::default()
+                },
+            )),
+            expect: &[
+                "no_payment_executed_after_deadline",
+                "no_paid_after_release",
+                "completed_is_paid",
+            ],
         },
         ZooCase {
             bug: Bug::ExecuteAfterDeadline,
@@ -463,12 +521,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_bug_has_one_case_whose_schedule_is_valid() {
+    fn every_bug_has_a_case_in_order_and_its_schedule_is_valid() {
         let cases = cases();
-        assert_eq!(
-            cases.iter().map(|c| c.bug).collect::<Vec<_>>(),
-            Bug::ALL.to_vec()
-        );
+        let mut bugs = cases.iter().map(|c| c.bug).collect::<Vec<_>>();
+        bugs.dedup();
+        assert_eq!(bugs, Bug::ALL.to_vec());
+        // the redirect bugs are caught in virtual time too, not only over HTTP
+        for bug in [
+            Bug::TrustRedirectCancel,
+            Bug::TrustRedirectSuccess,
+            Bug::ExecuteAfterDeadline,
+        ] {
+            let harnesses: Vec<_> = cases
+                .iter()
+                .filter(|c| c.bug == bug)
+                .map(|c| c.harness.name())
+                .collect();
+            assert_eq!(harnesses, ["sim", "rehearsal"], "{bug}");
+        }
         for c in &cases {
             assert!(!c.expect.is_empty(), "{}", c.bug);
             if let Harness::Sim(config) = &c.harness {

@@ -52,11 +52,24 @@ fn every_bug_of_the_zoo_is_caught_by_its_invariant() {
     let out = out_dir("zoo");
     let (code, stdout) = chaos(&["zoo", "--out", &out]);
     assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.contains("12 of 12 bugs caught"), "{stdout}");
+    assert!(stdout.contains("15 of 15 bugs caught"), "{stdout}");
     assert!(!stdout.contains("NOT CAUGHT"));
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(format!("{out}/zoo.json")).unwrap()).unwrap();
-    assert_eq!(rows.len(), 12);
+    assert_eq!(rows.len(), 15);
+    // the redirect bugs are caught in virtual time as well as over HTTP
+    for bug in [
+        "trust_redirect_cancel",
+        "trust_redirect_success",
+        "execute_after_deadline",
+    ] {
+        let harnesses: Vec<&serde_json::Value> = rows
+            .iter()
+            .filter(|r| r["bug"] == bug)
+            .map(|r| &r["harness"])
+            .collect();
+        assert_eq!(harnesses, ["sim", "rehearsal"], "{bug}");
+    }
     for r in &rows {
         assert_eq!(r["caught"], true, "{r:#}");
         if r["harness"] == "sim" {
