@@ -18,10 +18,15 @@
 //!   ([`ports::SimTokenEndpoint`]: two grants an hour, checked as
 //!   `one_token_grant`);
 //! - the payers ([`plan::PayerMix`]): pay now, pay late, abandon, approve and
-//!   never come back, cancel, fail (and some book again); a payment completes
-//!   when the callback executes it, then `confirm::mark_paid` runs for the
-//!   callback and for the gateway's webhook (lost, late, twice, or at the
-//!   same moment as the callback);
+//!   never come back, cancel, fail (and some book again), forge the
+//!   redirect's status or come back after the deadline; each redirect back
+//!   goes through the API's own callback
+//!   ([`booking_service::callback::handle`], with the payment's signature
+//!   and the status the payer claims), which executes the payment, and the
+//!   gateway's IPN through the API's webhook decision
+//!   ([`booking_service::webhook::handle`]; lost, late, twice, or at the
+//!   same moment as the callback); both end in the confirm step
+//!   (`confirm::confirm_payment`);
 //! - the `Worker`s, the `Reconciler`s (sharing the lock), the
 //!   `ExpiryHandler` on the change stream, and the TTL service deleting
 //!   expired records a sweep window late.
@@ -45,11 +50,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use booking::Settings;
-use booking::gateway::{GatewayPaymentState, PaymentGateway, codes};
+use booking::gateway::{GatewayPaymentState, PaymentGateway};
 use booking::ledger::Ledger;
 use booking::notify::{Alerts, Mailer};
 use booking::queue::Queue;
-use booking::records::{ChangeStream, ConfirmPath, RecordStatus, RecordStore};
+use booking::records::{ChangeStream, RecordStatus, RecordStore};
 use booking::status::{StatusDocument, StatusWriter};
 use booking::{Bugs, CandidateHash, Clock, Coordination, Level, PaymentId, SaleId};
 use booking::{Entropy, SeededEntropy};
@@ -60,10 +65,12 @@ use booking_embedded::outputs::{AlertLog, ObjectSink, OutboxMailer};
 use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
 use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
 use booking_service::admission::{self, BookAnswer, PathEvents, Refusal};
-use booking_service::confirm::{ConfirmPorts, MarkPaidOutcome, PaidRequest, mark_paid};
+use booking_service::callback::{self, CallbackOutcome, CallbackQuery};
+use booking_service::confirm::ConfirmEvents;
 use booking_service::expiry::ExpiryHandler;
 use booking_service::reconciler::{Reconciler, ReconcilerConfig, ReconcilerPorts};
 use booking_service::stack::{Stack, WebhookTrust};
+use booking_service::webhook::{self, NotificationOutcome};
 use booking_service::worker::{Worker, WorkerConfig};
 use parking_lot::Mutex;
 use rand::Rng;
@@ -85,8 +92,8 @@ use crate::wrappers::{
 use checks::{LevelEnd, Snapshot, invariants, status_checks};
 use plan::{Behaviour, LoadShape, PayerMix, coin, plan_arrivals, rng_for};
 use ports::{
-    RecordingLedger, RecordingMailer, SimGateway, SimTokenEndpoint, TokenedGateway, TrackingQueue,
-    process_of,
+    DiesAfterExecute, RecordingLedger, RecordingMailer, SimGateway, SimTokenEndpoint,
+    TokenedGateway, TrackingQueue, process_of,
 };
 
 /// The epoch the virtual clock starts at (ms).
@@ -97,10 +104,6 @@ pub const ARTICLE_CAPS: [u32; 6] = [6_000, 5_000, 4_000, 3_000, 1_700, 1_000];
 
 /// The article's candidates.
 pub const ARTICLE_CANDIDATES: usize = 40_000;
-
-/// How long the webhook sender retries a refused delivery, and how often.
-const WEBHOOK_RETRIES: u32 = 5;
-const WEBHOOK_RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// One simulated sale.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -356,12 +359,6 @@ struct Ctx {
     outbox: Arc<OutboxMailer>,
     alert_log: Arc<AlertLog>,
     sim_gateway: Arc<SimGateway>,
-    // the ports the components use: faults, then the recording layers
-    ledger: Arc<RecordingLedger>,
-    records: Arc<FaultyRecords>,
-    gateway: Arc<dyn PaymentGateway>,
-    mailer: Arc<dyn Mailer>,
-    alerts: Arc<dyn Alerts>,
     /// One status writer per simulated API instance, and the object store
     /// they write `status.json` to.
     status: Vec<Arc<StatusWriter>>,
@@ -371,6 +368,9 @@ struct Ctx {
     /// Confirmations of a live booking whose message the worker had
     /// finished, refused because another payment's HELD record stood there.
     shadowed: Mutex<Vec<String>>,
+    /// Payers who had approved the payment and whose redirect was answered
+    /// not paid, with nothing executed.
+    told_not_paid: Mutex<Vec<String>>,
     /// The sale's ports as the first API instance sees them (its gateway
     /// takes that instance's token); [`Ctx::stack_for`] is a candidate's.
     stack: Stack,
@@ -438,6 +438,63 @@ impl PathEvents for SimEvents<'_> {
     }
 }
 
+/// A confirm path's answer, as the history records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConfirmAnswer {
+    /// The booking is PAID with the payment.
+    Paid,
+    /// Certainly not marked paid by this call (the reason).
+    Refused(&'static str),
+    /// Not known; the reconciler decides.
+    Unknown,
+}
+
+impl ConfirmAnswer {
+    fn of_callback(outcome: CallbackOutcome) -> ConfirmAnswer {
+        match outcome {
+            CallbackOutcome::Paid => ConfirmAnswer::Paid,
+            CallbackOutcome::NotPaid
+            | CallbackOutcome::NeedsAttention
+            | CallbackOutcome::Expired
+            | CallbackOutcome::Forbidden
+            | CallbackOutcome::Unknown => ConfirmAnswer::Refused(outcome.name()),
+            CallbackOutcome::Processing
+            | CallbackOutcome::Pending
+            | CallbackOutcome::Unavailable => ConfirmAnswer::Unknown,
+        }
+    }
+
+    fn of_notification(outcome: &NotificationOutcome) -> ConfirmAnswer {
+        match outcome {
+            NotificationOutcome::MarkedPaid | NotificationOutcome::AlreadyPaid => {
+                ConfirmAnswer::Paid
+            }
+            NotificationOutcome::Unreadable
+            | NotificationOutcome::UnknownBooking
+            | NotificationOutcome::Mismatch(_)
+            | NotificationOutcome::NotOurs => ConfirmAnswer::Refused(outcome.name()),
+            NotificationOutcome::NotConfirmed(_) | NotificationOutcome::Uncertain(_) => {
+                ConfirmAnswer::Unknown
+            }
+        }
+    }
+}
+
+/// What the sim hears from the confirm step: the records a refused
+/// HELD→PAID found in its way.
+#[derive(Debug, Default)]
+struct SimConfirmEvents {
+    found: Mutex<Vec<booking::records::BookingRecord>>,
+}
+
+impl ConfirmEvents for SimConfirmEvents {
+    fn not_held(&self, _payment: &PaymentId, current: Option<&booking::records::BookingRecord>) {
+        if let Some(record) = current {
+            self.found.lock().push(record.clone());
+        }
+    }
+}
+
 impl Ctx {
     fn now(&self) -> u64 {
         self.clock.now_ms()
@@ -465,16 +522,6 @@ impl Ctx {
         self.stacks.get(i).unwrap_or(&self.stack)
     }
 
-    fn confirm_ports(&self) -> ConfirmPorts<'_> {
-        ConfirmPorts {
-            records: self.records.as_ref(),
-            ledger: self.ledger.as_ref(),
-            mailer: self.mailer.as_ref(),
-            alerts: self.alerts.as_ref(),
-            bugs: &self.config.bugs,
-        }
-    }
-
     /// `POST /bookings`: the API's own request path
     /// ([`booking_service::admission::book`]) over the stack of the
     /// candidate's API instance.
@@ -499,53 +546,39 @@ impl Ctx {
         }
     }
 
-    /// One confirm path: `mark_paid`, recorded as the client saw it.
-    async fn confirm(
-        &self,
-        candidate: &CandidateHash,
-        payment: &PaymentId,
-        trx_id: Option<String>,
-        path: ConfirmPath,
-    ) -> bool {
-        let op = self.history.invoke(
-            process_of(candidate),
-            OpKind::Confirm {
-                candidate: candidate.clone(),
-                payment: payment.clone(),
-            },
-        );
-        let request = PaidRequest {
-            candidate: candidate.clone(),
-            payment_id: payment.clone(),
-            trx_id,
-            path,
-            now_ms: self.now(),
-        };
-        match mark_paid(self.confirm_ports(), &request).await {
-            Ok(MarkPaidOutcome::Won { .. } | MarkPaidOutcome::AlreadyPaid { .. }) => {
-                op.ok(OpValue::Paid);
-                true
-            }
-            Ok(MarkPaidOutcome::NotHeld { current }) => {
-                op.ok(OpValue::Refused {
-                    reason: "not_held".into(),
-                });
-                if let Some(r) = current {
-                    self.note_shadowed(candidate, payment, &r).await;
-                }
-                true
-            }
-            Err(_) => {
-                op.unknown();
-                false
-            }
+    /// Records a confirm path's answer in the history: the booking is PAID
+    /// (`ok paid`), it certainly is not this payment's to mark (`ok refused`),
+    /// or nobody knows yet (`unknown`: left to the reconciler).
+    fn record_confirm(op: crate::history::OpHandle, answer: ConfirmAnswer) {
+        match answer {
+            ConfirmAnswer::Paid => op.ok(OpValue::Paid),
+            ConfirmAnswer::Refused(reason) => op.ok(OpValue::Refused {
+                reason: reason.into(),
+            }),
+            ConfirmAnswer::Unknown => op.unknown(),
         }
     }
 
-    /// A refused confirmation of `payment` found `record`: if that is
-    /// another payment's HELD record while the ledger's live hold is this
-    /// payment's, and the worker has finished this booking's message, the
-    /// worker left a stale record in the live booking's place.
+    /// What the confirm step heard while `payment` was confirmed: a refused
+    /// HELD→PAID that found another payment's HELD record (a shadowed
+    /// booking; see [`Ctx::note_shadowed`]).
+    async fn after_confirm(
+        &self,
+        candidate: &CandidateHash,
+        payment: &PaymentId,
+        events: &SimConfirmEvents,
+    ) {
+        let found = std::mem::take(&mut *events.found.lock());
+        for record in found {
+            self.note_shadowed(candidate, payment, &record).await;
+        }
+    }
+
+    /// A refused HELD→PAID of `payment` found `record`: if that is another
+    /// payment's HELD record while the ledger's hold is this payment's
+    /// (held, or paid since by the fast payer's write, which repairs it),
+    /// and the worker has finished this booking's message, the worker left a
+    /// stale record in the live booking's place.
     async fn note_shadowed(
         &self,
         candidate: &CandidateHash,
@@ -558,14 +591,18 @@ impl Ctx {
         if !self.tracking.handled(payment) {
             return;
         }
-        let live = matches!(
+        let held = matches!(
             self.raw_ledger.hold(&self.sale, candidate).await,
             Ok(Some(booking::ledger::Hold {
                 state: booking::ledger::HoldState::Held { payment_id, .. },
                 ..
             })) if payment_id == *payment
         );
-        if live {
+        let paid = matches!(
+            self.raw_ledger.paid(&self.sale, candidate).await,
+            Ok(Some(p)) if p == *payment
+        );
+        if held || paid {
             self.shadowed.lock().push(format!(
                 "{payment}: live and handled, record HELD with {}",
                 record.payment_id
@@ -573,47 +610,91 @@ impl Ctx {
         }
     }
 
-    /// The callback: execute, then HELD→PAID (unless the instance dies in
-    /// between).
-    async fn callback(&self, candidate: &CandidateHash, payment: &PaymentId, crash: bool) {
-        let within = self.config.settings.request_deadline;
-        let trx = match self.gateway.execute(payment, within).await {
-            Ok(done) => Some(done.trx_id),
-            Err(e) if e.refused_code() == Some(codes::EXECUTION_ALREADY_COMPLETED) => None,
-            // not known to be executed: the reconciler's
-            Err(_) => return,
+    /// The payer's redirect back from the checkout, claiming `status`, with
+    /// the signature the gateway gave the payment: the API's own callback
+    /// ([`booking_service::callback::handle`]) over the stack of the
+    /// candidate's API instance. With
+    /// `crash` the instance dies right after its execute call.
+    async fn callback(
+        &self,
+        candidate: &CandidateHash,
+        payment: &PaymentId,
+        status: &str,
+        crash: bool,
+    ) -> Option<CallbackOutcome> {
+        let query = CallbackQuery {
+            payment_id: Some(payment.as_str().to_owned()),
+            status: Some(status.to_owned()),
+            signature: self.sim_gateway.signature(payment),
         };
-        if !crash {
-            self.confirm(candidate, payment, trx, ConfirmPath::Callback)
-                .await;
+        let approved = self.sim_gateway.executable(payment);
+        let op = self.history.invoke(
+            process_of(candidate),
+            OpKind::Confirm {
+                candidate: candidate.clone(),
+                payment: payment.clone(),
+            },
+        );
+        let events = SimConfirmEvents::default();
+        let stack = self.stack_for(candidate);
+        let outcome = if crash {
+            let dying = Stack {
+                gateway: Arc::new(DiesAfterExecute(stack.gateway.clone())),
+                ..stack.clone()
+            };
+            let died_by = self.config.settings.request_deadline * 2;
+            tokio::time::timeout(died_by, callback::handle(&dying, &events, &query))
+                .await
+                .ok()
+        } else {
+            Some(callback::handle(stack, &events, &query).await)
+        };
+        self.after_confirm(candidate, payment, &events).await;
+        let Some(outcome) = outcome else {
+            // the instance died: nobody heard the answer
+            op.unknown();
+            return None;
+        };
+        Self::record_confirm(op, ConfirmAnswer::of_callback(outcome));
+        if outcome == CallbackOutcome::NotPaid && approved && self.sim_gateway.executable(payment) {
+            self.told_not_paid.lock().push(format!(
+                "{payment}: approved, redirect ({status}) answered not_paid, never executed"
+            ));
         }
+        Some(outcome)
     }
 
-    /// The gateway's webhook for a completed payment, retried while refused.
+    /// The gateway's webhook for a completed payment: its IPN, as SNS
+    /// delivers it, through the API's own decision
+    /// ([`booking_service::webhook::handle`]; the SNS signature is the
+    /// API's, outside the sim). Delivered once: the API answers every
+    /// signed notification 200, so SNS does not deliver it again.
     async fn webhook(&self, candidate: &CandidateHash, payment: &PaymentId) {
-        let Some(GatewayPaymentState::Completed { trx_id }) = self.sim_gateway.state(payment)
-        else {
+        let Some(ipn) = self.sim_gateway.ipn(payment) else {
             return;
         };
-        for _ in 0..WEBHOOK_RETRIES {
-            if self
-                .confirm(
-                    candidate,
-                    payment,
-                    Some(trx_id.clone()),
-                    ConfirmPath::Webhook,
-                )
-                .await
-            {
-                return;
-            }
-            tokio::time::sleep(WEBHOOK_RETRY_AFTER).await;
-        }
+        let op = self.history.invoke(
+            process_of(candidate),
+            OpKind::Confirm {
+                candidate: candidate.clone(),
+                payment: payment.clone(),
+            },
+        );
+        let events = SimConfirmEvents::default();
+        let outcome = webhook::handle(self.stack_for(candidate), &events, &ipn).await;
+        self.after_confirm(candidate, payment, &events).await;
+        Self::record_confirm(op, ConfirmAnswer::of_notification(&outcome));
     }
 
-    /// The payer pays: approves at the gateway, then the callback and the
-    /// webhook.
-    async fn pay(&self, candidate: &CandidateHash, payment: &PaymentId, rng: &mut ChaCha8Rng) {
+    /// The payer pays: approves at the gateway, then the redirect back
+    /// (claiming `status`) and the webhook.
+    async fn pay(
+        &self,
+        candidate: &CandidateHash,
+        payment: &PaymentId,
+        status: &str,
+        rng: &mut ChaCha8Rng,
+    ) {
         if !self.sim_gateway.approve(payment) {
             return;
         }
@@ -625,12 +706,12 @@ impl Ctx {
         let delay = uniform_ms(rng, Duration::ZERO, Duration::from_secs(5));
         if together {
             tokio::join!(
-                self.callback(candidate, payment, crash),
+                self.callback(candidate, payment, status, crash),
                 self.webhook(candidate, payment)
             );
             return;
         }
-        self.callback(candidate, payment, crash).await;
+        self.callback(candidate, payment, status, crash).await;
         if lost {
             return;
         }
@@ -656,18 +737,19 @@ impl Ctx {
         let mix = &self.config.payers;
         let hold = self.config.settings.hold;
         let soon = (Duration::from_secs(15), Duration::from_secs(180).min(hold));
+        let left_at = |now: u64| Duration::from_millis(deadline_ms.saturating_sub(now));
         match mix.draw(rng) {
             Behaviour::PayNow => {
                 tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.pay(candidate, payment, rng).await;
+                self.pay(candidate, payment, "success", rng).await;
                 false
             }
             Behaviour::PayLate => {
-                let left = Duration::from_millis(deadline_ms.saturating_sub(self.now()));
+                let left = left_at(self.now());
                 let lo = left.saturating_sub(Duration::from_secs(90));
                 let hi = left.saturating_sub(Duration::from_secs(1));
                 tokio::time::sleep(uniform_ms(rng, lo, hi)).await;
-                self.pay(candidate, payment, rng).await;
+                self.pay(candidate, payment, "success", rng).await;
                 false
             }
             Behaviour::Abandon => false,
@@ -678,13 +760,72 @@ impl Ctx {
             }
             Behaviour::Cancel => {
                 tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.sim_gateway.cancel(payment) && coin(mix.rebook, rng)
+                let cancelled = self.sim_gateway.cancel(payment);
+                if cancelled {
+                    // the gateway sends the payer back with status=cancel
+                    self.callback(candidate, payment, "cancel", false).await;
+                }
+                cancelled && coin(mix.rebook, rng)
             }
             Behaviour::Fail => {
                 tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.sim_gateway.fail(payment) && coin(mix.rebook, rng)
+                let failed = self.sim_gateway.fail(payment);
+                if failed {
+                    self.callback(candidate, payment, "failure", false).await;
+                }
+                failed && coin(mix.rebook, rng)
+            }
+            Behaviour::CancelForgeSuccess => {
+                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
+                let cancelled = self.sim_gateway.cancel(payment);
+                if cancelled {
+                    // the browser's redirect edited to say success
+                    self.callback(candidate, payment, "success", false).await;
+                }
+                cancelled && coin(mix.rebook, rng)
+            }
+            Behaviour::PayForgeCancel => {
+                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
+                self.pay(candidate, payment, "cancel", rng).await;
+                false
+            }
+            Behaviour::PayAfterDeadline => {
+                // approves in the hold's last ninety seconds, the redirect
+                // comes back up to half a minute after the deadline
+                let left = left_at(self.now());
+                let lo = left.saturating_sub(Duration::from_secs(90));
+                let hi = left.saturating_sub(Duration::from_secs(1));
+                tokio::time::sleep(uniform_ms(rng, lo, hi)).await;
+                if !self.sim_gateway.approve(payment) {
+                    return false;
+                }
+                let late = uniform_ms(rng, Duration::from_secs(1), Duration::from_secs(30));
+                tokio::time::sleep(left_at(self.now()) + late).await;
+                self.callback(candidate, payment, "success", false).await;
+                self.webhook(candidate, payment).await;
+                false
             }
         }
+    }
+
+    /// The checks on what payers were told and what the gateway did:
+    /// `approved_payers_told_paid`, `paid_bookings_completed_at_gateway`
+    /// and `no_payment_executed_after_deadline`.
+    fn payer_checks(&self, records: &[booking::records::BookingRecord]) -> Vec<CheckResult> {
+        let payments = self.sim_gateway.payments();
+        vec![
+            checks::verdict(
+                "approved_payers_told_paid",
+                "approved payers' redirects answered not_paid".to_owned(),
+                self.told_not_paid.lock().clone(),
+            ),
+            checks::paid_bookings_completed_at_gateway(records, &payments),
+            checks::no_payment_executed_after_deadline(
+                records,
+                &payments,
+                self.config.settings.hold.as_millis() as u64,
+            ),
+        ]
     }
 
     /// One arrival: the candidate's requests (another level when full, again
@@ -928,7 +1069,9 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
     ));
     let outbox = Arc::new(OutboxMailer::new());
     let alert_log = Arc::new(AlertLog::new());
-    let sim_gateway = Arc::new(SimGateway::new(clock.clone(), settings.hold));
+    // bKash keeps a checkout open longer than our hold: whether a payment
+    // is taken after the hold is the callback's decision, not the gateway's
+    let sim_gateway = Arc::new(SimGateway::new(clock.clone(), settings.hold * 2));
 
     let ledger = Arc::new(RecordingLedger::new(
         Arc::new(FaultyLedger::new(raw_ledger.clone(), injector.clone())),
@@ -1030,7 +1173,6 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         .collect();
     let stack = stacks.first().cloned().unwrap_or(stack);
     let ctx = Arc::new(Ctx {
-        gateway: stack.gateway.clone(),
         stack,
         stacks: stacks.clone(),
         config: config.clone(),
@@ -1045,14 +1187,11 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         outbox,
         alert_log,
         sim_gateway,
-        ledger: ledger.clone(),
-        records: records.clone(),
-        mailer: mailer.clone(),
-        alerts: alerts.clone(),
         status: status.clone(),
         sink: sink.clone(),
         tracking: tracking.clone(),
         shadowed: Mutex::new(Vec::new()),
+        told_not_paid: Mutex::new(Vec::new()),
         live: AtomicU64::new(0),
         requests: AtomicU64::new(0),
         bookings: Mutex::new(Vec::new()),
@@ -1236,6 +1375,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         token_endpoint.spent(),
         token_endpoint.regrants(),
     ));
+    checks.extend(ctx.payer_checks(&snapshot.records));
     checks.extend(check_all(&history.ops(), &final_state(&snapshot)));
     let passed = checks.iter().all(|c| c.passed);
     let dead_letters = ctx

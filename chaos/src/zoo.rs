@@ -8,8 +8,9 @@
 //!   [`crate::sim::checks::invariants`] and the history's checkers;
 //! - [`Harness::Rehearsal`]: a short rehearsal of the in-process fleet over
 //!   HTTP (the `ci` profile with the case's overrides), judged by the audit
-//!   and the rehearsal's verdicts, for bugs that live in the HTTP confirm
-//!   paths, the status writer, the token manager or the Redis pool.
+//!   and the rehearsal's verdicts, for bugs that need the fleet: the token
+//!   manager, the Redis pool, and the confirm paths over real HTTP (the
+//!   redirect bugs have a row on each harness).
 //!
 //! A bug both can catch has a row for each: `token_grant_per_instance` is
 //! caught by the rehearsal's audit and, in seconds, by a sale in virtual
@@ -145,8 +146,19 @@ kind = { type = "error" }
     }
 }
 
-/// Every case, in the order of [`Bug::ALL`]; a bug caught by both
-/// harnesses has a row for each, the rehearsal's first.
+/// A small calm sale in which `payers` weighs in a share of payers who
+/// exercise one confirm-path trap (forged statuses, late redirects), the
+/// rest as usual: the sim rows of the redirect bugs.
+fn confirm_path_sale(seed: u64, payers: PayerMix) -> SimConfig {
+    SimConfig {
+        payers,
+        ..SimConfig::scaled(seed, 1_000)
+    }
+}
+
+/// Every case, in the order of [`Bug::ALL`]; a bug may have a row on each
+/// harness (the redirect bugs: a sale in virtual time and the HTTP
+/// rehearsal; `token_grant_per_instance`: the rehearsal's first).
 pub fn cases() -> Vec<ZooCase> {
     let rehearsal = |sets: &[&str]| Harness::Rehearsal {
         sets: sets.iter().map(|s| (*s).to_owned()).collect(),
@@ -219,6 +231,19 @@ kind = { type = "reset" }
         ZooCase {
             bug: Bug::TrustRedirectCancel,
             what: "redirect's status=cancel trusted: a paying payer's seat freed",
+            // payers who approve, then edit the redirect to say cancel
+            harness: sim(confirm_path_sale(
+                51,
+                PayerMix {
+                    pay_forge_cancel: 0.2,
+                    ..PayerMix::default()
+                },
+            )),
+            expect: &["approved_payers_told_paid"],
+        },
+        ZooCase {
+            bug: Bug::TrustRedirectCancel,
+            what: "redirect's status=cancel trusted: a paying payer's seat freed",
             harness: rehearsal(&[]),
             expect: &["approved_payers_told_paid"],
         },
@@ -268,6 +293,20 @@ kind = { type = "latency", delay = { exponential = { mean_ms = 30.0, max_ms = 30
         ZooCase {
             bug: Bug::TrustRedirectSuccess,
             what: "redirect's status=success trusted: PAID without an execute",
+            // payers who cancel at the gateway, then edit the redirect to
+            // say success
+            harness: sim(confirm_path_sale(
+                52,
+                PayerMix {
+                    cancel_forge_success: 0.2,
+                    ..PayerMix::default()
+                },
+            )),
+            expect: &["paid_bookings_completed_at_gateway"],
+        },
+        ZooCase {
+            bug: Bug::TrustRedirectSuccess,
+            what: "redirect's status=success trusted: PAID without an execute",
             harness: rehearsal(&[]),
             expect: &["paid_bookings_completed_at_gateway"],
         },
@@ -312,6 +351,24 @@ kind = { type = "error" }
         ZooCase {
             bug: Bug::ExecuteAfterDeadline,
             what: "callback executes after the hold's deadline",
+            // payers who approve in the hold's last ninety seconds and whose
+            // redirect comes back up to half a minute after the deadline
+            harness: sim(confirm_path_sale(
+                53,
+                PayerMix {
+                    pay_after_deadline: 0.2,
+                    ..PayerMix::default()
+                },
+            )),
+            expect: &[
+                "no_payment_executed_after_deadline",
+                "no_paid_after_release",
+                "completed_is_paid",
+            ],
+        },
+        ZooCase {
+            bug: Bug::ExecuteAfterDeadline,
+            what: "callback executes after the hold's deadline",
             // a quarter of the payers come back a second after the hold ends
             harness: rehearsal(&[
                 "load.pay_late_after_ms=7000",
@@ -323,7 +380,22 @@ kind = { type = "error" }
         ZooCase {
             bug: Bug::EmailBeforePaid,
             what: "email sent before the PAID update",
+            // the callback and the webhook at the same moment, the record
+            // store's HELD→PAID taking a few ms (as DynamoDB's conditional
+            // update does): both paths read the HELD record before either
+            // has marked it
             harness: sim(SimConfig {
+                schedule: schedule(
+                    r#"
+[[fault]]
+name = "slow-mark-paid"
+target = "records"
+ops = ["mark_paid"]
+start_ms = 0
+duration_ms = 3_600_000
+kind = { type = "latency", delay = { uniform = { lo_ms = 5, hi_ms = 30 } } }
+"#,
+                ),
                 payers: PayerMix {
                     webhook_with_callback: 0.5,
                     webhook_lost: 0.0,
@@ -484,6 +556,19 @@ mod tests {
             .map(|c| c.harness.name())
             .collect::<Vec<_>>();
         assert_eq!(token, ["rehearsal", "sim"]);
+        // the redirect bugs are caught in virtual time too, not only over HTTP
+        for bug in [
+            Bug::TrustRedirectCancel,
+            Bug::TrustRedirectSuccess,
+            Bug::ExecuteAfterDeadline,
+        ] {
+            let harnesses: Vec<_> = cases
+                .iter()
+                .filter(|c| c.bug == bug)
+                .map(|c| c.harness.name())
+                .collect();
+            assert_eq!(harnesses, ["sim", "rehearsal"], "{bug}");
+        }
         for c in &cases {
             assert!(!c.expect.is_empty(), "{}", c.bug);
             if let Harness::Sim(config) = &c.harness {

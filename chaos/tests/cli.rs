@@ -53,14 +53,27 @@ fn every_bug_of_the_zoo_is_caught_by_its_invariant() {
     let (code, stdout) = chaos(&["zoo", "--out", &out]);
     assert_eq!(code, 0, "{stdout}");
     assert!(
-        stdout.contains("13 of 13 zoo rows caught (12 bugs)"),
+        stdout.contains("16 of 16 zoo rows caught (12 bugs)"),
         "{stdout}"
     );
     assert!(!stdout.contains("NOT CAUGHT"));
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(format!("{out}/zoo.json")).unwrap()).unwrap();
     // token_grant_per_instance has a rehearsal row and a sim row
-    assert_eq!(rows.len(), 13);
+    assert_eq!(rows.len(), 16);
+    // the redirect bugs are caught in virtual time as well as over HTTP
+    for bug in [
+        "trust_redirect_cancel",
+        "trust_redirect_success",
+        "execute_after_deadline",
+    ] {
+        let harnesses: Vec<&serde_json::Value> = rows
+            .iter()
+            .filter(|r| r["bug"] == bug)
+            .map(|r| &r["harness"])
+            .collect();
+        assert_eq!(harnesses, ["sim", "rehearsal"], "{bug}");
+    }
     for r in &rows {
         assert_eq!(r["caught"], true, "{r:#}");
         if r["harness"] == "sim" {

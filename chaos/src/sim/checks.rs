@@ -299,6 +299,82 @@ pub fn confirm_paths_mark_paid(
     )
 }
 
+/// How much later than the hold deadline an execute may be stamped and
+/// still count as sent before it (the rehearsal audit's slack).
+pub const EXECUTE_STAMP_SLACK_MS: u64 = 250;
+
+/// `paid_bookings_completed_at_gateway`: every PAID booking's payment
+/// completed at the gateway (money moved before the seat was sold).
+pub fn paid_bookings_completed_at_gateway(
+    records: &[BookingRecord],
+    payments: &BTreeMap<PaymentId, crate::sim::ports::SimPayment>,
+) -> CheckResult {
+    let paid: Vec<&BookingRecord> = records
+        .iter()
+        .filter(|r| r.status == RecordStatus::Paid)
+        .collect();
+    let unpaid: Vec<String> = paid
+        .iter()
+        .filter(|r| {
+            !matches!(
+                payments.get(&r.payment_id).map(|p| &p.state),
+                Some(booking::gateway::GatewayPaymentState::Completed { .. })
+            )
+        })
+        .map(|r| {
+            format!(
+                "{} PAID {}, gateway says {:?}",
+                short(&r.candidate),
+                r.payment_id,
+                payments.get(&r.payment_id).map(|p| &p.state)
+            )
+        })
+        .collect();
+    verdict(
+        "paid_bookings_completed_at_gateway",
+        format!("{} PAID bookings", paid.len()),
+        unpaid,
+    )
+}
+
+/// `no_payment_executed_after_deadline`: no payment completed after its
+/// hold deadline (plus [`EXECUTE_STAMP_SLACK_MS`]). The deadline is the
+/// booking record's (extensions included); a payment whose record is gone
+/// is held to its creation plus one hold.
+pub fn no_payment_executed_after_deadline(
+    records: &[BookingRecord],
+    payments: &BTreeMap<PaymentId, crate::sim::ports::SimPayment>,
+    hold_ms: u64,
+) -> CheckResult {
+    let deadlines: BTreeMap<&PaymentId, u64> = records
+        .iter()
+        .map(|r| (&r.payment_id, r.deadline_ms))
+        .collect();
+    let mut executed = 0usize;
+    let mut late = Vec::new();
+    for (id, p) in payments {
+        let Some(done) = p.completed_ms else {
+            continue;
+        };
+        executed += 1;
+        let deadline = deadlines
+            .get(id)
+            .copied()
+            .unwrap_or_else(|| p.created_ms.saturating_add(hold_ms));
+        if done > deadline.saturating_add(EXECUTE_STAMP_SLACK_MS) {
+            late.push(format!(
+                "{id}: executed {} ms after its deadline",
+                done - deadline
+            ));
+        }
+    }
+    verdict(
+        "no_payment_executed_after_deadline",
+        format!("{executed} executed payments"),
+        late,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -443,6 +519,64 @@ mod tests {
         let mut forged = doc(2, 30);
         forged.levels[0].state = booking::status::LevelState::Open;
         assert_eq!(names(&[forged]), ["status_never_showed_full_level_open"]);
+    }
+
+    fn payment(
+        state: booking::gateway::GatewayPaymentState,
+        completed_ms: Option<u64>,
+    ) -> crate::sim::ports::SimPayment {
+        crate::sim::ports::SimPayment {
+            invoice: "inv".into(),
+            signature: "sig".into(),
+            state,
+            created_ms: 1,
+            expires_ms: 1_200_000,
+            completed_ms,
+        }
+    }
+
+    #[test]
+    fn a_paid_booking_whose_payment_did_not_complete_fails() {
+        use booking::gateway::GatewayPaymentState as S;
+        let done = || S::Completed { trx_id: "T".into() };
+        let payments: BTreeMap<PaymentId, _> = [
+            (p(1), payment(done(), Some(5))),
+            (p(2), payment(S::Cancelled, None)),
+        ]
+        .into_iter()
+        .collect();
+        assert!(paid_bookings_completed_at_gateway(&[paid(1)], &payments).passed);
+        let r = paid_bookings_completed_at_gateway(&[paid(1), paid(2)], &payments);
+        assert!(!r.passed && r.detail.contains("P2"), "{}", r.detail);
+        let r = paid_bookings_completed_at_gateway(&[paid(3)], &payments);
+        assert!(!r.passed, "a PAID booking the gateway never saw");
+    }
+
+    #[test]
+    fn an_execute_after_the_records_deadline_fails() {
+        use booking::gateway::GatewayPaymentState as S;
+        let done = || S::Completed { trx_id: "T".into() };
+        // paid(1)'s record: deadline 600_000
+        let at = |ms: u64| -> BTreeMap<PaymentId, _> {
+            [(p(1), payment(done(), Some(ms)))].into_iter().collect()
+        };
+        let records = [paid(1)];
+        assert!(no_payment_executed_after_deadline(&records, &at(599_000), 600_000).passed);
+        assert!(
+            no_payment_executed_after_deadline(
+                &records,
+                &at(600_000 + EXECUTE_STAMP_SLACK_MS),
+                600_000
+            )
+            .passed
+        );
+        let r = no_payment_executed_after_deadline(&records, &at(601_000), 600_000);
+        assert!(!r.passed && r.detail.contains("P1"), "{}", r.detail);
+        // no record: created (1) plus a hold
+        let r = no_payment_executed_after_deadline(&[], &at(700_000), 600_000);
+        assert!(!r.passed);
+        let r = no_payment_executed_after_deadline(&[], &at(500_000), 600_000);
+        assert!(r.passed);
     }
 
     #[test]

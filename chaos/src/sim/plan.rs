@@ -146,6 +146,14 @@ pub enum Behaviour {
     Cancel,
     /// The wallet refuses.
     Fail,
+    /// Cancels at the gateway, then edits the redirect back to claim
+    /// `status=success`.
+    CancelForgeSuccess,
+    /// Pays, and edits the redirect back to claim `status=cancel`.
+    PayForgeCancel,
+    /// Approves in the hold's last ninety seconds; the redirect back comes
+    /// up to half a minute after the deadline.
+    PayAfterDeadline,
 }
 
 /// How payers behave: weights of each [`Behaviour`] and the probabilities of
@@ -164,6 +172,15 @@ pub struct PayerMix {
     pub cancel: f64,
     /// Weight of [`Behaviour::Fail`].
     pub fail: f64,
+    /// Weight of [`Behaviour::CancelForgeSuccess`].
+    #[serde(default)]
+    pub cancel_forge_success: f64,
+    /// Weight of [`Behaviour::PayForgeCancel`].
+    #[serde(default)]
+    pub pay_forge_cancel: f64,
+    /// Weight of [`Behaviour::PayAfterDeadline`].
+    #[serde(default)]
+    pub pay_after_deadline: f64,
     /// The API instance dies after executing the payment, before HELD→PAID.
     pub callback_crash: f64,
     /// The gateway's webhook is never delivered.
@@ -185,6 +202,9 @@ impl Default for PayerMix {
             approve_only: 0.03,
             cancel: 0.07,
             fail: 0.04,
+            cancel_forge_success: 0.0,
+            pay_forge_cancel: 0.0,
+            pay_after_deadline: 0.0,
             callback_crash: 0.03,
             webhook_lost: 0.2,
             webhook_twice: 0.1,
@@ -197,13 +217,16 @@ impl Default for PayerMix {
 impl PayerMix {
     /// One payer's behaviour.
     pub fn draw(&self, rng: &mut impl Rng) -> Behaviour {
-        const ALL: [Behaviour; 6] = [
+        const ALL: [Behaviour; 9] = [
             Behaviour::PayNow,
             Behaviour::PayLate,
             Behaviour::Abandon,
             Behaviour::ApproveOnly,
             Behaviour::Cancel,
             Behaviour::Fail,
+            Behaviour::CancelForgeSuccess,
+            Behaviour::PayForgeCancel,
+            Behaviour::PayAfterDeadline,
         ];
         let weights = [
             self.pay_now,
@@ -212,6 +235,9 @@ impl PayerMix {
             self.approve_only,
             self.cancel,
             self.fail,
+            self.cancel_forge_success,
+            self.pay_forge_cancel,
+            self.pay_after_deadline,
         ];
         ALL[weighted(&weights, rng)]
     }
@@ -294,6 +320,12 @@ mod tests {
             ..PayerMix::default()
         };
         assert_eq!(only_cancel.draw(&mut rng), Behaviour::Cancel);
+        let only_forgers = PayerMix {
+            cancel: 0.0,
+            pay_forge_cancel: 1.0,
+            ..only_cancel
+        };
+        assert_eq!(only_forgers.draw(&mut rng), Behaviour::PayForgeCancel);
         assert!(!coin(f64::NAN, &mut rng));
         assert!(coin(2.0, &mut rng));
     }

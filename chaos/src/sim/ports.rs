@@ -36,18 +36,26 @@ use crate::history::{History, OpKind, OpValue};
 pub struct SimPayment {
     /// The merchant invoice it was created with.
     pub invoice: String,
+    /// The per-payment signature every redirect of this payment carries.
+    pub signature: String,
     /// Where it stands.
     pub state: GatewayPaymentState,
+    /// When it was created, clock ms.
+    pub created_ms: u64,
     /// After this the gateway executes nothing (the checkout expired).
     pub expires_ms: u64,
     /// When it was executed (money moved), clock ms.
     pub completed_ms: Option<u64>,
 }
 
-/// A bKash-like gateway in memory: payments are created by the API,
-/// approved, cancelled or failed by the payers (directly, as at the
-/// gateway's own pages), executed by the callback and queried by the
-/// reconciler. A payment completes only when executed before it expires.
+/// A bKash-like gateway in memory: payments are created by the API (with
+/// a per-payment signature, as bKash appends to its redirects), approved,
+/// cancelled or failed by the payers (directly, as at the gateway's own
+/// pages), executed by the callback and queried by the reconciler and the
+/// webhook. A payment completes only when executed before it expires. The
+/// payers take the signature for their redirect back
+/// ([`SimGateway::signature`]) and the webhook its IPN ([`SimGateway::ipn`])
+/// from here.
 #[derive(Debug)]
 pub struct SimGateway {
     clock: Arc<dyn Clock>,
@@ -126,9 +134,93 @@ impl SimGateway {
         self.payments.lock().get(payment).map(|p| p.state.clone())
     }
 
+    /// Whether `payment` is approved and its checkout still open: an execute
+    /// now would complete it.
+    pub fn executable(&self, payment: &PaymentId) -> bool {
+        let now = self.clock.now_ms();
+        self.payments
+            .lock()
+            .get(payment)
+            .is_some_and(|p| p.state == GatewayPaymentState::Authorized && now < p.expires_ms)
+    }
+
+    /// The signature the gateway appends to `payment`'s redirects.
+    pub fn signature(&self, payment: &PaymentId) -> Option<String> {
+        self.payments
+            .lock()
+            .get(payment)
+            .map(|p| p.signature.clone())
+    }
+
+    /// The IPN the gateway notifies for `payment` once it completed, as
+    /// bKash sends it (the `Message` of the SNS notification): `paymentID`,
+    /// `trxID`, `merchantInvoiceNumber`, `transactionStatus`. `None` before
+    /// it completed.
+    pub fn ipn(&self, payment: &PaymentId) -> Option<String> {
+        let book = self.payments.lock();
+        let p = book.get(payment)?;
+        let GatewayPaymentState::Completed { trx_id } = &p.state else {
+            return None;
+        };
+        let ipn = serde_json::json!({
+            "paymentID": payment.as_str(),
+            "trxID": trx_id,
+            "merchantInvoiceNumber": p.invoice,
+            "transactionStatus": "Completed",
+        });
+        Some(ipn.to_string())
+    }
+
     /// Every payment, by ID.
     pub fn payments(&self) -> BTreeMap<PaymentId, SimPayment> {
         self.payments.lock().clone()
+    }
+}
+
+/// A payment's signature: 64 bits of a keyed hash of its ID, in hex. Not a
+/// secret here (the sim's payers never guess one), but not the ID either, so
+/// a redirect without the gateway's signature is refused as in production.
+fn signature_of(payment: &PaymentId) -> String {
+    let mut h: u64 = 0x5349_4d2d_5349_474e; // the gateway's key
+    for b in payment.as_str().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    format!("{h:016x}")
+}
+
+/// A gateway through which the API instance dies right after its execute
+/// call (the money may have moved): the answer never comes back, the
+/// callback never goes on. The sim's `callback_crash`.
+#[derive(Debug)]
+pub struct DiesAfterExecute(pub Arc<dyn PaymentGateway>);
+
+#[async_trait]
+impl PaymentGateway for DiesAfterExecute {
+    async fn create(
+        &self,
+        req: &CreatePayment,
+        within: Duration,
+    ) -> Result<CreatedPayment, GatewayError> {
+        self.0.create(req, within).await
+    }
+
+    async fn execute(
+        &self,
+        payment: &PaymentId,
+        within: Duration,
+    ) -> Result<Executed, GatewayError> {
+        let _lost = self.0.execute(payment, within).await;
+        std::future::pending().await
+    }
+
+    async fn query(
+        &self,
+        payment: &PaymentId,
+        within: Duration,
+    ) -> Result<PaymentStatus, GatewayError> {
+        self.0.query(payment, within).await
     }
 }
 
@@ -150,18 +242,21 @@ impl PaymentGateway for SimGateway {
         let id = PaymentId::parse(&format!("SIM{n:09}"))
             .map_err(|e| GatewayError::Unavailable(e.to_string()))?;
         let now = self.clock.now_ms();
+        let signature = signature_of(&id);
         self.payments.lock().insert(
             id.clone(),
             SimPayment {
                 invoice: req.invoice.clone(),
+                signature: signature.clone(),
                 state: GatewayPaymentState::Initiated,
+                created_ms: now,
                 expires_ms: now.saturating_add(self.checkout_ms),
                 completed_ms: None,
             },
         );
         Ok(CreatedPayment {
             bkash_url: format!("https://sim.gateway/checkout/{id}"),
-            signature: format!("sig-{id}"),
+            signature,
             payment_id: id,
         })
     }
@@ -865,6 +960,35 @@ mod tests {
         assert!(matches!(q.state, GatewayPaymentState::Completed { .. }));
         let missing = PaymentId::parse("NOPE").unwrap();
         assert!(gw.query(&missing, w).await.is_err());
+        assert_eq!(q.invoice.as_deref(), Some("inv"));
+    }
+
+    #[tokio::test]
+    async fn signatures_are_per_payment_and_the_ipn_comes_only_once_completed() {
+        let clock = ManualClock::new(1_000);
+        let gw = SimGateway::new(Arc::new(clock.clone()), Duration::from_secs(600));
+        let req = CreatePayment {
+            invoice: "sim-c-1".into(),
+            amount: "500".into(),
+            payer_reference: "p".into(),
+            callback_url: "u".into(),
+        };
+        let w = Duration::from_secs(8);
+        let a = gw.create(&req, w).await.unwrap();
+        let b = gw.create(&req, w).await.unwrap();
+        assert_eq!(gw.signature(&a.payment_id), Some(a.signature.clone()));
+        assert_ne!(a.signature, b.signature);
+        assert!(!a.signature.contains(a.payment_id.as_str()));
+        assert_eq!(gw.ipn(&a.payment_id), None, "not completed yet");
+        assert!(!gw.executable(&a.payment_id));
+        assert!(gw.approve(&a.payment_id));
+        assert!(gw.executable(&a.payment_id));
+        gw.execute(&a.payment_id, w).await.unwrap();
+        let ipn: serde_json::Value = serde_json::from_str(&gw.ipn(&a.payment_id).unwrap()).unwrap();
+        assert_eq!(ipn["paymentID"], a.payment_id.as_str());
+        assert_eq!(ipn["trxID"], format!("TRX{}", a.payment_id));
+        assert_eq!(ipn["merchantInvoiceNumber"], "sim-c-1");
+        assert_eq!(ipn["transactionStatus"], "Completed");
     }
 
     const EPOCH: u64 = 1_800_000_000_000;

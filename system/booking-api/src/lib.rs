@@ -6,9 +6,8 @@
 //!   keep the copy → enqueue → respond; undo before answering on failure), plus
 //!   `GET /status.json`, `/healthz`, `/metrics`, `/openapi.json`.
 //! - [`confirm_paths`]: `GET /payment/callback` (confirm path 1) and
-//!   `POST /payment/webhook` (confirm path 2, SNS-verified).
-//! - [`paid_from_copy`]: the fast payer's PAID record, written from the
-//!   booking copy when no HELD record exists yet.
+//!   `POST /payment/webhook` (confirm path 2, SNS-verified), the HTTP mapping
+//!   of `booking_service::callback` and `booking_service::webhook`.
 //! - [`sns_delivery`]: SNS verification (allowlists, certificate cache) and
 //!   safe subscription confirmation.
 
@@ -19,7 +18,6 @@ pub mod deadline;
 pub mod info;
 pub mod metrics;
 pub mod openapi;
-pub mod paid_from_copy;
 pub mod sns_delivery;
 pub mod stack;
 pub mod status_poker;

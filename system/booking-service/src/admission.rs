@@ -73,6 +73,30 @@ pub struct StoredCopy {
     pub redirect_url: Option<String>,
 }
 
+/// The booking copy of `payment` (what [`book`] kept at
+/// `keys::booking_copy`), if one is kept. A copy that does not parse, or
+/// names another payment or sale, is treated as absent (and logged).
+pub async fn load_copy(
+    stack: &Stack,
+    payment: &PaymentId,
+) -> Result<Option<AdmittedBooking>, booking::CoordinationError> {
+    let key = keys::booking_copy(&stack.prefix, &stack.sale, payment);
+    let Some(raw) = stack.coordination.get(&key).await? else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<StoredCopy>(&raw).map(|c| c.booking) {
+        Ok(copy) if copy.payment_id == *payment && copy.sale == stack.sale => Ok(Some(copy)),
+        Ok(_) => {
+            tracing::error!(%payment, "booking copy names another payment or sale; ignored");
+            Ok(None)
+        }
+        Err(e) => {
+            tracing::error!(%payment, error = %e, "booking copy unreadable; ignored");
+            Ok(None)
+        }
+    }
+}
+
 /// A live hold, as the answer shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldSeat {

@@ -29,11 +29,51 @@
 //! - after 3, before 4 (or the mailer fails): `email_sent = true` but the
 //!   email was lost. The latch prefers losing an email to sending two; a
 //!   mailer failure raises an `email_failed` alert.
+//!
+//! **The fast payer** ([`mark_paid_from_copy`]): a payment completed before
+//! the worker wrote the HELD record, so the conditional HELD→PAID update
+//! found nothing. The PAID record is then written from the booking copy kept
+//! at admission (`keys::booking_copy`), in this order:
+//!
+//! 1. `Ledger::mark_paid` (payment-guarded; the same [`ledger_mark_paid`],
+//!    tried twice). **The ledger goes first here**, unlike in [`mark_paid`]:
+//!    there, a record HELD with this payment proves the hold is live; here
+//!    there is no record, and "no record" may also mean the reconciler
+//!    released the hold. Only the ledger, which owns the seats, can tell:
+//!    `NoMatch` means the seat is not held for this payment any more, so
+//!    nothing is written (a released booking is never resurrected) and a
+//!    human is alerted (`paid_after_release`). A ledger that cannot answer
+//!    writes nothing either: the worker writes the HELD record later and the
+//!    reconciler's query marks it paid.
+//! 2. `RecordStore::put(PAID, NotExists)`: a PAID record carries no TTL
+//!    ([`BookingRecord::into_paid`]). If the condition fails, a consistent
+//!    read classifies the conflict exactly as the worker would
+//!    ([`classify_conflict`], with the HELD record the copy stands for as the
+//!    incoming one): the worker's HELD record with this payment → the normal
+//!    HELD→PAID step; an older booking's stale record → replaced, conditioned
+//!    on its payment; a newer booking or another payment's PAID record → not
+//!    ours, nothing written; PAID with this payment → another path won.
+//! 3. The winner, and only the winner: the email latch, then the email (the
+//!    same order and alerts as [`mark_paid`]'s winner).
+//!
+//! Crash windows: after 1, before 2, the ledger has the seat paid and there
+//! is no record: the queued admission still becomes a HELD record (the worker
+//! never touches the ledger), which any confirm path or the reconciler then
+//! marks paid. After 2, before 3: PAID without an email, as above.
+//!
+//! [`confirm_payment`] is the end of the callback and the webhook
+//! ([`crate::callback`], [`crate::webhook`]): [`mark_paid`], then, when there
+//! is no HELD record with this payment and the booking copy is at hand,
+//! [`mark_paid_from_copy`]. What a harness wants to count along the way it
+//! hears through [`ConfirmEvents`].
 
 use booking::ledger::{Ledger, LedgerError, Step};
 use booking::notify::{Alert, Alerts, Confirmation, Mailer, NotifyError};
-use booking::records::{BookingRecord, ConfirmPath, RecordError, RecordStatus, RecordStore};
-use booking::{Bug, Bugs, CandidateHash, PaymentId};
+use booking::records::{
+    BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, WorkerVerdict,
+    classify_conflict,
+};
+use booking::{AdmittedBooking, Bug, Bugs, CandidateHash, PaymentId, SaleId};
 
 /// The ports the confirm step uses.
 #[derive(Debug, Clone, Copy)]
@@ -189,15 +229,24 @@ pub fn classify_claim(
     }
 }
 
-/// The ledger step, tried twice.
-async fn ledger_mark_paid(ledger: &dyn Ledger, record: &BookingRecord) -> LedgerMark {
+/// Ledger calls made for one mark-paid step before giving up: an answer
+/// lost once is asked again (the step is payment-guarded, so a repeat that
+/// finds it done answers "already paid").
+const LEDGER_ATTEMPTS_MAX: usize = 2;
+
+/// The ledger's mark-paid step for `payment`, tried
+/// [`LEDGER_ATTEMPTS_MAX`] times while it fails. Every confirm path takes it
+/// through here: after a won (or already won) HELD→PAID, and first of all
+/// when the PAID record is written from the booking copy.
+pub async fn ledger_mark_paid(
+    ledger: &dyn Ledger,
+    sale: &SaleId,
+    candidate: &CandidateHash,
+    payment: &PaymentId,
+) -> LedgerMark {
     let mut last = LedgerMark::Failed(LedgerError::Unavailable("not tried".into()));
-    for _ in 0..2 {
-        last = LedgerMark::of(
-            ledger
-                .mark_paid(&record.sale, &record.candidate, &record.payment_id)
-                .await,
-        );
+    for _ in 0..LEDGER_ATTEMPTS_MAX {
+        last = LedgerMark::of(ledger.mark_paid(sale, candidate, payment).await);
         if !matches!(last, LedgerMark::Failed(_)) {
             break;
         }
@@ -205,10 +254,30 @@ async fn ledger_mark_paid(ledger: &dyn Ledger, record: &BookingRecord) -> Ledger
     last
 }
 
-async fn raise(alerts: &dyn Alerts, alert: Alert) {
+/// Raises an alert to a human about `payment` of `candidate` (logged as an
+/// error too); an alert that cannot be raised is logged, never fatal.
+pub async fn alert(
+    alerts: &dyn Alerts,
+    kind: &str,
+    detail: String,
+    candidate: &CandidateHash,
+    payment: &PaymentId,
+) {
+    tracing::error!(%candidate, %payment, kind, %detail, "alert");
+    let alert = Alert {
+        kind: kind.into(),
+        detail,
+        candidate: Some(candidate.clone()),
+        payment_id: Some(payment.clone()),
+    };
     if let Err(e) = alerts.raise(alert.clone()).await {
         tracing::error!(kind = %alert.kind, error = %e, detail = %alert.detail, "alert could not be raised");
     }
+}
+
+/// The ledger step for `record`'s booking.
+async fn record_ledger_mark_paid(ledger: &dyn Ledger, record: &BookingRecord) -> LedgerMark {
+    ledger_mark_paid(ledger, &record.sale, &record.candidate, &record.payment_id).await
 }
 
 /// The HELD→PAID step. See the module documentation for the order and the
@@ -240,7 +309,7 @@ pub async fn mark_paid(
             Ok(MarkPaidOutcome::NotHeld { current })
         }
         Claim::AlreadyPaid(record) => {
-            let ledger = ledger_mark_paid(ports.ledger, &record).await;
+            let ledger = record_ledger_mark_paid(ports.ledger, &record).await;
             tracing::debug!(candidate = %record.candidate, payment = %record.payment_id,
                 path = ?request.path, winner = ?record.paid_by, ?ledger, "already paid");
             Ok(MarkPaidOutcome::AlreadyPaid { record, ledger })
@@ -278,20 +347,18 @@ async fn after_win(
 ) -> MarkPaidOutcome {
     tracing::info!(candidate = %record.candidate, payment = %record.payment_id,
         path = ?request.path, "HELD→PAID won");
-    let ledger = ledger_mark_paid(ports.ledger, &record).await;
+    let ledger = record_ledger_mark_paid(ports.ledger, &record).await;
     match &ledger {
         LedgerMark::NoMatch => {
-            raise(
+            alert(
                 ports.alerts,
-                Alert {
-                    kind: "paid_after_release".into(),
-                    detail: format!(
-                        "payment {} completed for a seat the ledger no longer holds",
-                        record.payment_id
-                    ),
-                    candidate: Some(record.candidate.clone()),
-                    payment_id: Some(record.payment_id.clone()),
-                },
+                "paid_after_release",
+                format!(
+                    "payment {} completed for a seat the ledger no longer holds",
+                    record.payment_id
+                ),
+                &record.candidate,
+                &record.payment_id,
             )
             .await;
         }
@@ -342,19 +409,246 @@ pub async fn send_confirmation(
             match ports.mailer.send(&confirmation).await {
                 Ok(()) => EmailOutcome::Sent,
                 Err(e) => {
-                    raise(
+                    alert(
                         ports.alerts,
-                        Alert {
-                            kind: "email_failed".into(),
-                            detail: format!("confirmation email failed: {e}"),
-                            candidate: Some(record.candidate.clone()),
-                            payment_id: Some(record.payment_id.clone()),
-                        },
+                        "email_failed",
+                        format!("confirmation email failed: {e}"),
+                        &record.candidate,
+                        &record.payment_id,
                     )
                     .await;
                     EmailOutcome::SendFailed(e)
                 }
             }
+        }
+    }
+}
+
+/// Writes attempted from the copy before giving up to the reconciler: a put,
+/// then at most a replacement or a second put after the conflict it met
+/// vanished.
+const COPY_WRITE_ATTEMPTS_MAX: usize = 3;
+
+/// What [`mark_paid_from_copy`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromCopy {
+    /// The PAID record was written from the copy by this call (or the worker's
+    /// HELD record appeared meanwhile and this call won HELD→PAID on it).
+    Won {
+        /// The PAID record.
+        record: BookingRecord,
+        /// The email.
+        email: EmailOutcome,
+    },
+    /// Another path had marked this payment paid already; nothing sent.
+    AlreadyPaid {
+        /// The PAID record.
+        record: BookingRecord,
+    },
+    /// The seat is not this payment's (released, or a newer booking): nothing
+    /// written. Alerted when the ledger no longer holds it.
+    NotOurs {
+        /// The record in the way, if any.
+        current: Option<BookingRecord>,
+    },
+    /// A backend could not answer, or the conflict cannot be told: nothing
+    /// more written; the reconciler decides.
+    Uncertain(String),
+}
+
+impl FromCopy {
+    /// Whether the booking is PAID with this payment now.
+    pub fn is_paid(&self) -> bool {
+        matches!(self, FromCopy::Won { .. } | FromCopy::AlreadyPaid { .. })
+    }
+}
+
+/// Writes the PAID record of `copy`'s booking when no HELD record exists:
+/// see the module documentation (the fast payer). Idempotent: a second call
+/// finds the PAID record and answers [`FromCopy::AlreadyPaid`].
+pub async fn mark_paid_from_copy(
+    ports: ConfirmPorts<'_>,
+    copy: &AdmittedBooking,
+    trx_id: Option<String>,
+    path: ConfirmPath,
+    now_ms: u64,
+) -> FromCopy {
+    let payment = &copy.payment_id;
+    match ledger_mark_paid(ports.ledger, &copy.sale, &copy.candidate, payment).await {
+        LedgerMark::Done | LedgerMark::AlreadyPaid => {}
+        LedgerMark::NoMatch => {
+            alert(
+                ports.alerts,
+                "paid_after_release",
+                format!(
+                    "payment {payment} completed, no record exists and the ledger no longer holds its seat; nothing written"
+                ),
+                &copy.candidate,
+                payment,
+            )
+            .await;
+            return FromCopy::NotOurs { current: None };
+        }
+        LedgerMark::Failed(e) => {
+            tracing::warn!(candidate = %copy.candidate, %payment, error = %e,
+                "ledger unavailable; PAID not written from the copy, left to the reconciler");
+            return FromCopy::Uncertain(format!("ledger: {e}"));
+        }
+    }
+    let held = copy.held_record();
+    let paid = held.clone().into_paid(path, now_ms);
+    let mut condition = Condition::NotExists;
+    for _ in 0..COPY_WRITE_ATTEMPTS_MAX {
+        let blocked_by = match ports.records.put(paid.clone(), condition.clone()).await {
+            Ok(()) => {
+                tracing::info!(candidate = %copy.candidate, %payment, ?path,
+                    "PAID written from the booking copy (no record yet)");
+                let email = send_confirmation(ports, &paid, trx_id).await;
+                return FromCopy::Won {
+                    record: paid,
+                    email,
+                };
+            }
+            Err(RecordError::ConditionFailed { current }) => current.map(|b| *b),
+            Err(e) => return FromCopy::Uncertain(format!("record store: {e}")),
+        };
+        let read = ports.records.get(&copy.candidate, true).await;
+        match classify_conflict(&held, blocked_by.as_ref(), &read) {
+            WorkerVerdict::Skip => {
+                let current = read.ok().flatten();
+                return match current {
+                    Some(r) if r.status == RecordStatus::Paid && r.payment_id == *payment => {
+                        FromCopy::AlreadyPaid { record: r }
+                    }
+                    other => FromCopy::NotOurs { current: other },
+                };
+            }
+            WorkerVerdict::Duplicate => {
+                // the worker wrote the HELD record meanwhile: the normal step
+                let request = PaidRequest {
+                    candidate: copy.candidate.clone(),
+                    payment_id: payment.clone(),
+                    trx_id,
+                    path,
+                    now_ms,
+                };
+                return match mark_paid(ports, &request).await {
+                    Ok(MarkPaidOutcome::Won { record, email, .. }) => {
+                        FromCopy::Won { record, email }
+                    }
+                    Ok(MarkPaidOutcome::AlreadyPaid { record, .. }) => {
+                        FromCopy::AlreadyPaid { record }
+                    }
+                    Ok(MarkPaidOutcome::NotHeld { current }) => {
+                        FromCopy::Uncertain(format!("record changed again: {current:?}"))
+                    }
+                    Err(e) => FromCopy::Uncertain(e.to_string()),
+                };
+            }
+            WorkerVerdict::ReplaceStale { condition: stale } => condition = stale,
+            WorkerVerdict::Stale => {
+                return FromCopy::NotOurs {
+                    current: read.ok().flatten(),
+                };
+            }
+            // The record in the way was deleted meanwhile. The ledger (step 1)
+            // has this payment's seat paid, so the record must say PAID: write
+            // it (a worker would not, for fear of resurrecting a release; the
+            // ledger rules that out here).
+            WorkerVerdict::PutAgain | WorkerVerdict::Released => {
+                condition = Condition::NotExists;
+            }
+            WorkerVerdict::Ambiguous | WorkerVerdict::LeaveUnacked => {
+                return FromCopy::Uncertain(format!(
+                    "conflict cannot be told: {:?}",
+                    read.map_err(|e| e.to_string())
+                ));
+            }
+        }
+    }
+    FromCopy::Uncertain("the record kept changing under the write".into())
+}
+
+/// What a harness hears from the confirm step of the callback and the
+/// webhook. Every method does nothing by default.
+pub trait ConfirmEvents: Send + Sync {
+    /// This call marked a booking PAID on `path`: `source` is `record` (the
+    /// HELD→PAID update) or `copy` (the fast payer's record written from the
+    /// booking copy).
+    fn paid(&self, _path: ConfirmPath, _source: &'static str) {}
+    /// The HELD→PAID update of `payment` found no HELD record with it;
+    /// `current` is the record the condition saw.
+    fn not_held(&self, _payment: &PaymentId, _current: Option<&BookingRecord>) {}
+}
+
+impl ConfirmEvents for crate::admission::Quiet {}
+
+/// Where a confirm path left the booking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmed {
+    /// PAID with this payment (`won`: by this call).
+    Paid {
+        /// Whether this call made it PAID (and so sent the email).
+        won: bool,
+    },
+    /// The seat is not this payment's any more (released or superseded).
+    NotOurs,
+    /// Not known; the reconciler decides.
+    Uncertain,
+}
+
+/// The end of the callback and the webhook: the conditional HELD→PAID of
+/// `request`; if there is no HELD record with this payment and the booking
+/// `copy` is at hand, the PAID-from-copy write (the fast payer). Idempotent.
+pub async fn confirm_payment(
+    ports: ConfirmPorts<'_>,
+    events: &dyn ConfirmEvents,
+    request: &PaidRequest,
+    copy: Option<&AdmittedBooking>,
+) -> Confirmed {
+    let (candidate, payment) = (&request.candidate, &request.payment_id);
+    match mark_paid(ports, request).await {
+        Ok(MarkPaidOutcome::Won { .. }) => {
+            events.paid(request.path, "record");
+            Confirmed::Paid { won: true }
+        }
+        Ok(MarkPaidOutcome::AlreadyPaid { .. }) => Confirmed::Paid { won: false },
+        Ok(MarkPaidOutcome::NotHeld { current }) => {
+            events.not_held(payment, current.as_ref());
+            let Some(copy) = copy else {
+                tracing::warn!(%candidate, %payment, ?current,
+                    "no HELD record and no booking copy; left to the reconciler");
+                return Confirmed::Uncertain;
+            };
+            let from_copy = mark_paid_from_copy(
+                ports,
+                copy,
+                request.trx_id.clone(),
+                request.path,
+                request.now_ms,
+            )
+            .await;
+            match from_copy {
+                FromCopy::Won { .. } => {
+                    events.paid(request.path, "copy");
+                    Confirmed::Paid { won: true }
+                }
+                FromCopy::AlreadyPaid { .. } => Confirmed::Paid { won: false },
+                FromCopy::NotOurs { current } => {
+                    tracing::warn!(%candidate, %payment, ?current,
+                        "completed payment whose seat is not its own");
+                    Confirmed::NotOurs
+                }
+                FromCopy::Uncertain(why) => {
+                    tracing::warn!(%candidate, %payment, %why, "PAID from copy uncertain");
+                    Confirmed::Uncertain
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(%candidate, %payment, error = %e,
+                "HELD→PAID could not be tried; left to the reconciler");
+            Confirmed::Uncertain
         }
     }
 }

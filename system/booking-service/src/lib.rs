@@ -6,7 +6,13 @@
 //!   create → attach → booking copy → enqueue, undone before any failure
 //!   answer), which the API and the simulator both call.
 //! - [`confirm`]: the one conditional HELD→PAID step every confirm path ends
-//!   in, and the at-most-once confirmation email behind it.
+//!   in, the fast payer's PAID record from the booking copy, and the
+//!   at-most-once confirmation email behind them.
+//! - [`callback`]: confirm path 1 below HTTP, the payer's redirect
+//!   (signature, deadline, execute under the lock), which the API and the
+//!   simulator both call.
+//! - [`webhook`]: confirm path 2 below HTTP, a verified notification's IPN
+//!   (find by invoice, query, compare, mark paid).
 //! - [`worker`]: SQS FIFO → the record store (conditional put, conflicts
 //!   classified with a consistent read). Never touches a seat counter.
 //! - [`reconciler`]: the only release path; one leader per sale under a lock.
@@ -17,10 +23,12 @@
 //! read with each service's `stats()`.
 
 pub mod admission;
+pub mod callback;
 pub mod confirm;
 pub mod expiry;
 pub mod reconciler;
 pub mod stack;
+pub mod webhook;
 pub mod worker;
 
 /// The shutdown signal every loop takes: stop when it reads `true` or when the

@@ -165,3 +165,62 @@ async fn the_email_before_paid_trap_sends_one_per_path() {
         assert_eq!(rec.status, RecordStatus::Paid);
     }
 }
+
+/// What the confirm step told its harness.
+#[derive(Default)]
+struct Heard(parking_lot::Mutex<Vec<String>>);
+
+impl booking_service::confirm::ConfirmEvents for Heard {
+    fn paid(&self, path: ConfirmPath, source: &'static str) {
+        self.0.lock().push(format!("paid {path:?} {source}"));
+    }
+    fn not_held(&self, payment: &booking::PaymentId, current: Option<&booking::BookingRecord>) {
+        self.0
+            .lock()
+            .push(format!("not_held {payment} {}", current.is_some()));
+    }
+}
+
+#[tokio::test]
+async fn a_fast_payer_is_paid_from_the_copy_once_and_a_released_seat_is_not() {
+    use booking_service::confirm::{Confirmed, confirm_payment};
+    let s = Stack::new(2, &["x", "y"]).await;
+    // no HELD record yet: the worker has not got to the message
+    let copy = s.book("x", "t1", "P1").await;
+    let heard = Heard::default();
+    let req = request(&s, "x", "P1", ConfirmPath::Callback);
+    let first = confirm_payment(s.confirm_ports(), &heard, &req, Some(&copy)).await;
+    assert_eq!(first, Confirmed::Paid { won: true });
+    let again = confirm_payment(s.confirm_ports(), &heard, &req, Some(&copy)).await;
+    assert_eq!(again, Confirmed::Paid { won: false });
+    assert_eq!(
+        *heard.0.lock(),
+        ["not_held P1 false", "paid Callback copy"],
+        "the second call finds the PAID record: nothing more"
+    );
+    let record = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+    assert_eq!(record.status, RecordStatus::Paid);
+    assert_eq!(record.expires_at_s, None);
+    assert_eq!(s.mailer.0.lock().len(), 1);
+    assert_eq!(
+        s.ledger.paid(&s.sale, &cand("x")).await.unwrap(),
+        Some(pay("P1"))
+    );
+    // without the copy nothing can be written: the reconciler's
+    let orphan = s.book("y", "t2", "P2").await;
+    let req = request(&s, "y", "P2", ConfirmPath::Webhook);
+    let none = confirm_payment(s.confirm_ports(), &Heard::default(), &req, None).await;
+    assert_eq!(none, Confirmed::Uncertain);
+    assert_eq!(s.records.get(&cand("y"), true).await.unwrap(), None);
+    // released meanwhile: the ledger no longer holds it, nothing is written
+    // and a human is alerted
+    s.ledger
+        .release(&s.sale, &cand("y"), &pay("P2"))
+        .await
+        .unwrap();
+    let late = confirm_payment(s.confirm_ports(), &Heard::default(), &req, Some(&orphan)).await;
+    assert_eq!(late, Confirmed::NotOurs);
+    assert_eq!(s.records.get(&cand("y"), true).await.unwrap(), None);
+    assert!(s.alerts.kinds().contains(&"paid_after_release".to_owned()));
+    assert_eq!(s.mailer.0.lock().len(), 1);
+}
