@@ -1,5 +1,8 @@
 //! Every number the design depends on, named, with the article's values as the
 //! defaults. A rehearsal scales the durations with [`Settings::scaled`].
+//! [`Settings::check`] asserts the relations between them that the code
+//! relies on (each a [`Relation`], documented with the code that needs it);
+//! servers and rehearsal fleets refuse to start with settings that break one.
 
 use std::time::Duration;
 
