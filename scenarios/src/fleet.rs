@@ -289,6 +289,10 @@ impl Fleet {
             .map(|l| (l.level.clone(), l.cap))
             .collect();
         let settings = profile.settings();
+        // a profile built in code (not through `Profile::load`) is checked too
+        settings
+            .check()
+            .map_err(|e| FleetError::Invalid(e.to_string()))?;
         let overdue_after = settings.sweep_interval * 2 + settings.sweep_budget.min(settings.hold);
         match &profile.target {
             Some(base) => Ok(Fleet {

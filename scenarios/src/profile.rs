@@ -308,6 +308,10 @@ impl Profile {
         if self.settle.poll_ms == 0 {
             return bad("settle.poll_ms must be > 0".into());
         }
+        // the numbers every instance would run with, scaled
+        self.settings()
+            .check()
+            .map_err(|e| ProfileError::Invalid(e.to_string()))?;
         self.load
             .validate()
             .map_err(|e| ProfileError::Invalid(format!("load: {e}")))
@@ -539,6 +543,24 @@ mod tests {
         assert!(Profile::load(None, &["seed.x=1".into()]).is_err());
         assert!(Profile::load(None, &["candidates=0".into()]).is_err());
         assert!(Profile::load(None, &["time_scale=-1".into()]).is_err());
+    }
+
+    #[test]
+    fn profiles_whose_settings_break_a_relation_are_refused() {
+        for name in [None, Some("ci")] {
+            let p = Profile::load(name, &[]).unwrap();
+            assert_eq!(p.settings().check(), Ok(()), "{name:?}");
+            // the token lock keeps the article's 45 s under the 30 s grant
+            assert_eq!(p.settings().token_lock, booking::settings::TOKEN_LOCK);
+        }
+        // a 5-minute hold is shorter than the article's 6-minute sweep window
+        let err = Profile::load(None, &["hold_ms=300000".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sweep_window_within_hold") && err.contains("hold (10s)"),
+            "{err}"
+        );
     }
 
     #[test]

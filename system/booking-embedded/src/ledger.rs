@@ -70,6 +70,15 @@ impl EmbeddedLedger {
     }
 }
 
+/// An undo's answer, with a corrupt ledger logged at error level: a counter
+/// that would go below zero is a programmer error, never clamped.
+fn logged(answer: Result<Step, LedgerError>) -> Result<Step, LedgerError> {
+    if let Err(e @ LedgerError::CounterUnderflow { .. }) = &answer {
+        tracing::error!(error = %e, "corrupt ledger: an undo would take a counter below zero");
+    }
+    answer
+}
+
 #[async_trait]
 impl Ledger for EmbeddedLedger {
     async fn reset(&self, sale: &SaleId, levels: &[(Level, u32)]) -> Result<(), LedgerError> {
@@ -121,17 +130,18 @@ impl Ledger for EmbeddedLedger {
         token: &RequestToken,
     ) -> Result<Step, LedgerError> {
         let Some(undone) = &self.unguarded else {
-            return Ok(self.step(sale, |m| m.undo_admission(candidate, token)));
+            return logged(self.step(sale, |m| m.undo_admission(candidate, token)));
         };
         // the zoo's bug: remember the seat's level, and give it back again
-        // on a repeat, guard or no guard
-        Ok(self.step(sale, |m| {
+        // on a repeat, guard or no guard (down to zero: below it, the corrupt
+        // ledger error, as without the bug)
+        logged(self.step(sale, |m| {
             let level = m
                 .holds
                 .get(candidate)
                 .filter(|h| h.token == *token)
                 .map(|h| h.level.clone());
-            let step = m.undo_admission(candidate, token);
+            let step = m.undo_admission(candidate, token)?;
             let key = (sale.clone(), token.clone());
             match (step, level) {
                 (Step::Done, Some(level)) => {
@@ -139,14 +149,20 @@ impl Ledger for EmbeddedLedger {
                 }
                 (Step::NoMatch, _) => {
                     if let Some(level) = undone.lock().get(&key) {
-                        if let Some((_, count)) = m.levels.get_mut(level) {
-                            *count = count.saturating_sub(1);
+                        match m.levels.get_mut(level) {
+                            Some((_, count)) if *count > 0 => *count -= 1,
+                            _ => {
+                                return Err(LedgerError::CounterUnderflow {
+                                    level: level.clone(),
+                                    candidate: candidate.clone(),
+                                });
+                            }
                         }
                     }
                 }
                 _ => {}
             }
-            step
+            Ok(step)
         }))
     }
 
@@ -156,7 +172,7 @@ impl Ledger for EmbeddedLedger {
         candidate: &CandidateHash,
         payment_id: &PaymentId,
     ) -> Result<Step, LedgerError> {
-        Ok(self.step(sale, |m| m.release(candidate, payment_id)))
+        logged(self.step(sale, |m| m.release(candidate, payment_id)))
     }
 
     async fn mark_paid(
@@ -286,7 +302,60 @@ mod tests {
             // the repeat is refused either way; only the bug still decrements
             assert_eq!(undo().await.unwrap(), Step::NoMatch);
             assert_eq!(count(&l).await, after_repeat, "bugged: {bugged}");
+            if bugged {
+                // a third run would go below zero: the corrupt ledger error
+                assert_eq!(
+                    undo().await,
+                    Err(LedgerError::CounterUnderflow {
+                        level: level("a"),
+                        candidate: cs[0].clone(),
+                    })
+                );
+                assert_eq!(count(&l).await, 0, "not below zero, not clamped silently");
+            }
         }
+    }
+
+    #[tokio::test]
+    async fn an_undo_below_zero_is_a_corrupt_ledger_error_and_changes_nothing() {
+        let (l, cs) = sale(2, &["x", "y"]).await;
+        let s = sale_id();
+        l.admit(&s, &cs[0], &level("a"), &token("t1"), 1)
+            .await
+            .unwrap();
+        l.admit(&s, &cs[1], &level("a"), &token("t2"), 1)
+            .await
+            .unwrap();
+        l.attach_payment(&s, &cs[1], &token("t2"), &pay("P2"), 100)
+            .await
+            .unwrap();
+        // corrupt the sale: its count lost both seats
+        l.sales
+            .lock()
+            .get_mut(&s)
+            .unwrap()
+            .levels
+            .insert(level("a"), (2, 0));
+        let underflow = |c: &CandidateHash| {
+            Err(LedgerError::CounterUnderflow {
+                level: level("a"),
+                candidate: c.clone(),
+            })
+        };
+        assert_eq!(
+            l.undo_admission(&s, &cs[0], &token("t1")).await,
+            underflow(&cs[0])
+        );
+        assert_eq!(l.release(&s, &cs[1], &pay("P2")).await, underflow(&cs[1]));
+        assert_eq!(count(&l).await, 0);
+        assert!(
+            l.hold(&s, &cs[0]).await.unwrap().is_some(),
+            "the hold stays"
+        );
+        assert!(
+            l.hold(&s, &cs[1]).await.unwrap().is_some(),
+            "the hold stays"
+        );
     }
 
     #[tokio::test]

@@ -149,14 +149,27 @@ impl RedisLedger {
     }
 
     async fn step(&self, invocation: &ScriptInvocation<'_>) -> Result<Step, LedgerError> {
-        let answer = text(self.run(invocation).await?)?;
-        match answer.as_str() {
-            "done" => Ok(Step::Done),
-            "no_match" => Ok(Step::NoMatch),
-            "paid" => Ok(Step::Paid),
-            _ => Err(LedgerError::Corrupt(format!(
-                "unexpected step answer {answer:?}"
-            ))),
+        step_answer(self.run(invocation).await?)
+    }
+
+    /// An undo script's step (`undo_admission`, `release`): its `UNDERFLOW`
+    /// refusal is [`LedgerError::CounterUnderflow`] of `candidate`, logged at
+    /// error level.
+    async fn undo(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        candidate: &CandidateHash,
+    ) -> Result<Step, LedgerError> {
+        let mut conn = self.conn().await?;
+        match invocation.invoke_async(&mut *conn).await {
+            Ok(answer) => step_answer(answer),
+            Err(e) => {
+                let error = underflow(&e, candidate).unwrap_or_else(|| ledger_error(e));
+                if matches!(error, LedgerError::CounterUnderflow { .. }) {
+                    tracing::error!(error = %error, "corrupt ledger: an undo would take a counter below zero");
+                }
+                Err(error)
+            }
         }
     }
 
@@ -272,7 +285,7 @@ impl Ledger for RedisLedger {
     ) -> Result<Step, LedgerError> {
         let mut call = self.call(&self.scripts.undo_admission, sale);
         call.arg(candidate.as_str()).arg(token.as_str());
-        self.step(&call).await
+        self.undo(&call, candidate).await
     }
 
     async fn release(
@@ -283,7 +296,7 @@ impl Ledger for RedisLedger {
     ) -> Result<Step, LedgerError> {
         let mut call = self.call(&self.scripts.release, sale);
         call.arg(candidate.as_str()).arg(payment_id.as_str());
-        self.step(&call).await
+        self.undo(&call, candidate).await
     }
 
     async fn mark_paid(
@@ -450,14 +463,40 @@ impl Ledger for RedisLedger {
 }
 
 /// A connection failure, timeout or server trouble is `Unavailable`; an answer
-/// the adapter cannot read (or a script's `CORRUPT` refusal, or a key of the
-/// wrong type) is `Corrupt`.
+/// the adapter cannot read (or a script's `CORRUPT` refusal, an `UNDERFLOW`
+/// one whose level does not parse, or a key of the wrong type) is `Corrupt`.
 fn ledger_error(e: RedisError) -> LedgerError {
     match (e.kind(), e.code()) {
         (ErrorKind::Parse | ErrorKind::UnexpectedReturnType, _)
-        | (_, Some("CORRUPT" | "WRONGTYPE")) => LedgerError::Corrupt(e.to_string()),
+        | (_, Some("CORRUPT" | "WRONGTYPE" | "UNDERFLOW")) => LedgerError::Corrupt(e.to_string()),
         _ => LedgerError::Unavailable(e.to_string()),
     }
+}
+
+/// A guarded step's answer.
+fn step_answer(v: Value) -> Result<Step, LedgerError> {
+    let answer = text(v)?;
+    match answer.as_str() {
+        "done" => Ok(Step::Done),
+        "no_match" => Ok(Step::NoMatch),
+        "paid" => Ok(Step::Paid),
+        _ => Err(LedgerError::Corrupt(format!(
+            "unexpected step answer {answer:?}"
+        ))),
+    }
+}
+
+/// An undo script's `UNDERFLOW <level>` refusal as the corrupt ledger error;
+/// `None` for any other error.
+fn underflow(e: &RedisError, candidate: &CandidateHash) -> Option<LedgerError> {
+    if e.code() != Some("UNDERFLOW") {
+        return None;
+    }
+    let level = Level::parse(e.detail()?.trim()).ok()?;
+    Some(LedgerError::CounterUnderflow {
+        level,
+        candidate: candidate.clone(),
+    })
 }
 
 fn text(v: Value) -> Result<String, LedgerError> {

@@ -42,8 +42,12 @@
 //! - Scripts read and check before their first write (Redis does not roll a
 //!   failed script back), and refuse a record they cannot read with a
 //!   `CORRUPT` error, which the adapter reports as
-//!   [`booking::LedgerError::Corrupt`]. Connection failures, timeouts and
-//!   server trouble are [`booking::LedgerError::Unavailable`].
+//!   [`booking::LedgerError::Corrupt`]. An undo that would take a counter
+//!   below zero (or find no counter for its hold's level) is refused with
+//!   `UNDERFLOW <level>` before any write, reported as
+//!   [`booking::LedgerError::CounterUnderflow`] and logged at error level,
+//!   as the model does. Connection failures, timeouts and server trouble are
+//!   [`booking::LedgerError::Unavailable`].
 
 mod codec;
 pub mod coordination;

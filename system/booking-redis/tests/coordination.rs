@@ -382,3 +382,17 @@ async fn warming_opens_the_pool_up_to_its_size() {
         "redis sees {clients} clients: the pool's 12 and ours"
     );
 }
+
+/// The token lock's margin (`booking::settings::TOKEN_LOCK_MARGIN`) covers the
+/// two coordination calls the refresher makes around its grant while it must
+/// hold the lock, each at its longest on this client: a pool wait, a connect
+/// and a response.
+#[test]
+fn two_redis_calls_at_their_longest_fit_the_token_lock_margin() {
+    use booking_redis::ledger::{CONNECT_MAX, POOL_WAIT_MAX, RESPONSE_MAX};
+    let one_call = POOL_WAIT_MAX + CONNECT_MAX + RESPONSE_MAX;
+    assert!(
+        one_call * 2 <= booking::settings::TOKEN_LOCK_MARGIN,
+        "{one_call:?} a call"
+    );
+}

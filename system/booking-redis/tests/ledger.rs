@@ -643,6 +643,84 @@ async fn unreadable_records_are_corrupt_and_left_alone() {
 }
 
 #[tokio::test]
+async fn an_undo_below_zero_is_a_corrupt_ledger_and_writes_nothing() {
+    let server = RedisServer::start();
+    let l = redis_ledger(&server).await;
+    let cs = open_sale(&l, 2, &["x", "y"]).await;
+    let s = sale_id();
+    l.admit(&s, &cs[0], &level("a"), &token("t"), 1)
+        .await
+        .unwrap();
+    l.admit(&s, &cs[1], &level("a"), &token("u"), 1)
+        .await
+        .unwrap();
+    l.attach_payment(&s, &cs[1], &token("u"), &pay("P"), 9)
+        .await
+        .unwrap();
+    let p = l.key_prefix().to_owned();
+    let mut conn = raw(&server).await;
+    let counts = format!("{p}:{{sale:launch}}:counts");
+    let underflow = |c: &CandidateHash| {
+        Err(LedgerError::CounterUnderflow {
+            level: level("a"),
+            candidate: c.clone(),
+        })
+    };
+
+    // the count lost its seats: an undo would take it below zero
+    let _: () = redis::cmd("HSET")
+        .arg(&counts)
+        .arg("a")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        l.undo_admission(&s, &cs[0], &token("t")).await,
+        underflow(&cs[0])
+    );
+    assert_eq!(l.release(&s, &cs[1], &pay("P")).await, underflow(&cs[1]));
+    assert_eq!(count(&l).await, 0, "not below zero");
+    assert!(
+        l.hold(&s, &cs[0]).await.unwrap().is_some(),
+        "nothing written"
+    );
+    assert!(
+        l.hold(&s, &cs[1]).await.unwrap().is_some(),
+        "nothing written"
+    );
+    let pending: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{p}:{{sale:launch}}:pending"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending, vec![cs[0].as_str().to_owned()], "still pending");
+
+    // a hold counted in a level that has no counter at all
+    let _: () = redis::cmd("HDEL")
+        .arg(&counts)
+        .arg("a")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        l.undo_admission(&s, &cs[0], &token("t")).await,
+        underflow(&cs[0])
+    );
+    assert!(
+        l.hold(&s, &cs[0]).await.unwrap().is_some(),
+        "nothing written"
+    );
+    // guards come first: a miss is a miss
+    assert_eq!(
+        l.undo_admission(&s, &cs[0], &token("other")).await,
+        Ok(Step::NoMatch)
+    );
+}
+
+#[tokio::test]
 async fn an_unreachable_server_is_unavailable() {
     let mut server = RedisServer::start();
     let l = redis_ledger(&server).await;

@@ -16,7 +16,8 @@ mod redis_server;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use booking::ledger::{Admission, Counters, Hold, HoldState, Ledger, Model, Step};
+use booking::Bug;
+use booking::ledger::{Admission, Counters, Hold, HoldState, Ledger, LedgerError, Model, Step};
 use booking::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
 use booking_embedded::ledger::EmbeddedLedger;
 use booking_redis::RedisLedger;
@@ -343,8 +344,14 @@ fn on_model(m: &mut Model, call: &Call) -> Answer {
     match call {
         Call::Admit(c, level, t, now_ms) => Answer::Admission(m.admit(c, level, t, *now_ms)),
         Call::Attach(c, t, p, deadline_ms) => Answer::Step(m.attach_payment(c, t, p, *deadline_ms)),
-        Call::Undo(c, t) => Answer::Step(m.undo_admission(c, t)),
-        Call::Release(c, p) => Answer::Step(m.release(c, p)),
+        Call::Undo(c, t) => Answer::Step(
+            m.undo_admission(c, t)
+                .expect("a consistent model never underflows"),
+        ),
+        Call::Release(c, p) => Answer::Step(
+            m.release(c, p)
+                .expect("a consistent model never underflows"),
+        ),
         Call::MarkPaid(c, p) => Answer::Step(m.mark_paid(c, p)),
         Call::Extend(c, p, deadline_ms) => Answer::Step(m.extend(c, p, *deadline_ms)),
         Call::SetOpen(open) => {
@@ -499,4 +506,105 @@ fn redis_and_embedded_ledgers_answer_as_the_model() {
     if let Err(e) = result {
         panic!("{e}");
     }
+}
+
+/// An undo that would take a counter below zero is the same corrupt-ledger
+/// error from the model, the embedded ledger and Redis, and changes nothing
+/// in any of them. The state (a live hold counted in a level at zero) is one
+/// no correct sequence reaches: the model's count is set directly, Redis's
+/// counter is overwritten, and the embedded ledger gets there through the
+/// zoo's `unguarded_undo`, whose repeated undo decrements again.
+#[test]
+fn an_undo_below_zero_is_the_same_corrupt_ledger_error_everywhere() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let pools = Pools::new(&[2]);
+        let (c0, c1) = (&pools.candidates[0], &pools.candidates[1]);
+        let (t0, t1) = (&pools.tokens[0], &pools.tokens[1]);
+        let p1 = &pools.payments[1];
+        let a = pools.level(0);
+        let redis = RedisLedger::connect(&url, 4, "eq-underflow").await.unwrap();
+        let embedded = EmbeddedLedger::with_bugs(&booking::Bugs::of([Bug::UnguardedUndo]));
+        let ledgers: [(&str, &dyn Ledger); 2] = [("embedded", &embedded), ("redis", &redis)];
+
+        // two admissions in level a, the second one held with P1; the first undone
+        let mut model = Model::new(&pools.levels);
+        model.load_candidates(&pools.candidates);
+        model.open = true;
+        model.admit(c0, &a, t0, 1);
+        model.admit(c1, &a, t1, 1);
+        model.attach_payment(c1, t1, p1, 100);
+        assert_eq!(model.undo_admission(c0, t0), Ok(Step::Done));
+        for (name, l) in ledgers {
+            l.reset(&sale(), &pools.levels).await.unwrap();
+            l.load_candidates(&sale(), &pools.candidates).await.unwrap();
+            l.set_open(&sale(), true).await.unwrap();
+            l.admit(&sale(), c0, &a, t0, 1).await.unwrap();
+            l.admit(&sale(), c1, &a, t1, 1).await.unwrap();
+            l.attach_payment(&sale(), c1, t1, p1, 100).await.unwrap();
+            assert_eq!(
+                l.undo_admission(&sale(), c0, t0).await,
+                Ok(Step::Done),
+                "{name}"
+            );
+        }
+        // corrupt: level a's count loses the seat c1 still holds
+        model.levels.insert(a.clone(), (2, 0));
+        assert_eq!(
+            embedded.undo_admission(&sale(), c0, t0).await,
+            Ok(Step::NoMatch),
+            "the zoo's repeated undo decrements again"
+        );
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg("eq-underflow:{sale:equivalence}:counts")
+            .arg(a.as_str())
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let corrupt = model.counters();
+        assert_eq!(corrupt.levels[0].count, 0);
+        for (name, l) in ledgers {
+            assert_eq!(l.counters(&sale()).await.unwrap(), corrupt, "{name}");
+        }
+
+        let want = Err(LedgerError::CounterUnderflow {
+            level: a.clone(),
+            candidate: c1.clone(),
+        });
+        assert_eq!(model.undo_admission(c1, t1), want);
+        assert_eq!(model.release(c1, p1), want);
+        for (name, l) in ledgers {
+            assert_eq!(
+                l.undo_admission(&sale(), c1, t1).await,
+                want,
+                "undo: {name}"
+            );
+            assert_eq!(l.release(&sale(), c1, p1).await, want, "release: {name}");
+            // nothing changed: the count stays at zero, the hold stays
+            assert_eq!(l.counters(&sale()).await.unwrap(), corrupt, "{name}");
+            assert_eq!(
+                l.hold(&sale(), c1).await.unwrap().as_ref(),
+                model.holds.get(c1),
+                "{name}"
+            );
+            // a guard that misses is still a miss, not an error
+            assert_eq!(
+                l.release(&sale(), c1, &pools.payments[2]).await,
+                Ok(Step::NoMatch),
+                "{name}"
+            );
+        }
+        assert!(model.holds.contains_key(c1));
+    });
 }

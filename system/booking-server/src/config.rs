@@ -71,6 +71,10 @@ pub enum ConfigError {
     /// A value is out of range or malformed.
     #[error("invalid configuration: {0}")]
     Invalid(String),
+    /// The settings the services would run with (scaled by `time_scale`)
+    /// break a relation the design relies on ([`Settings::check`]).
+    #[error("invalid configuration: {0}")]
+    Settings(#[from] booking::BrokenRelation),
 }
 
 /// One seat level: its cap and its price (the gateway's amount string).
@@ -390,7 +394,9 @@ impl ServerConfig {
         }
     }
 
-    /// Refuses what cannot run.
+    /// Refuses what cannot run, including settings (as scaled by
+    /// `time_scale`) that break a relation of [`Settings::check`]: `serve`,
+    /// [`crate::build`] and [`crate::provision`] all start here.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.environment == Environment::Production && !self.settings.bugs.is_empty() {
@@ -441,6 +447,8 @@ impl ServerConfig {
         if self.webhook.topic_arns.as_ref().is_some_and(Vec::is_empty) {
             return bad("webhook.topic_arns is empty: no webhook could be accepted".into());
         }
+        // the numbers the services will really run with, after scaling
+        self.effective_settings().check()?;
         Ok(())
     }
 }
@@ -620,6 +628,7 @@ mod tests {
             kind = "redis"
             [settings]
             hold = 1000
+            sweep_window = 500
             "#,
         )
         .unwrap();
@@ -628,6 +637,11 @@ mod tests {
         assert_eq!(
             c.effective_settings().hold,
             std::time::Duration::from_millis(10)
+        );
+        assert_eq!(
+            c.effective_settings().sweep_window,
+            std::time::Duration::from_millis(5),
+            "inside the hold, as the relations require"
         );
         let args = ServeArgs {
             levels: vec!["a:1:5.00".parse().unwrap(), "b:2:6.00".parse().unwrap()],
@@ -716,5 +730,114 @@ mod tests {
         );
         assert!(ServerConfig::from_toml("[settings]\nbugs = [\"made_up\"]").is_err());
         ServerConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn settings_that_break_a_relation_are_refused_naming_it() {
+        use booking::Relation;
+        // a token lock that lapses under the grant call it guards
+        let c = ServerConfig::from_toml(
+            r#"
+            [settings]
+            token_lock = 20000
+            "#,
+        )
+        .unwrap();
+        let err = c.validate().unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Settings(b) if b.relation == Relation::TokenLockOutlivesGrant),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: settings break token_lock_outlives_grant: \
+             token_lock (20s) must be >= token_grant_deadline (30s) + TOKEN_LOCK_MARGIN (10s) = 40s"
+        );
+        // or a grant deadline raised past the lock
+        let c = ServerConfig::from_toml("[settings]\ntoken_grant_deadline = 40000").unwrap();
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Settings(b)) if b.relation == Relation::TokenLockOutlivesGrant
+        ));
+
+        // the check is on the settings as scaled: a sweep window as long as
+        // the hold breaks at every scale
+        let c = ServerConfig::from_toml(
+            r#"
+            time_scale = 0.01
+            [settings]
+            sweep_window = 600000
+            "#,
+        )
+        .unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("sweep_window_within_hold")
+                && err.contains("sweep_window (6s)")
+                && err.contains("hold (6s)"),
+            "{err}"
+        );
+        // and a stale-pending wait shorter than a request
+        let c = ServerConfig::from_toml("[settings]\npending_stale_after = 1000").unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("pending_stale_outlives_request"), "{err}");
+
+        // the rehearsal profiles' scales run
+        for time_scale in [1.0 / 30.0, 0.01] {
+            let c = ServerConfig {
+                time_scale,
+                ..ServerConfig::default()
+            };
+            c.validate().unwrap();
+            assert_eq!(
+                c.effective_settings().token_lock,
+                booking::settings::TOKEN_LOCK
+            );
+        }
+    }
+
+    #[test]
+    fn serve_refuses_a_file_whose_settings_break_a_relation() {
+        let path = std::env::temp_dir().join(format!(
+            "booking-config-{}-{:x}.toml",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::write(&path, "[settings]\nsweep_concurrency = 0\n").unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        let loaded = args.load();
+        std::fs::remove_file(&path).unwrap();
+        let err = loaded.unwrap_err().to_string();
+        assert!(
+            err.contains("sweep_concurrency_positive") && err.contains("sweep_concurrency (0)"),
+            "{err}"
+        );
+        // the flags are applied before the check: a time scale is checked too
+        let args = ServeArgs {
+            time_scale: Some(0.01),
+            ..ServeArgs::default()
+        };
+        assert_eq!(args.load().unwrap().effective_settings().check(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn build_refuses_settings_that_break_a_relation() {
+        // the in-process fleet (scenarios) and every server are built here
+        let config = ServerConfig {
+            settings: Settings {
+                receives_max: 0,
+                ..Settings::default()
+            },
+            ..ServerConfig::default()
+        };
+        let err = crate::build(&config, "http://127.0.0.1:1")
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("receives_positive"), "{err}");
     }
 }

@@ -37,7 +37,9 @@ fn settings() -> Settings {
         visibility_timeout: Duration::from_secs(1),
         status_throttle: Duration::from_millis(100),
         booking_copy_slack: Duration::from_secs(2),
-        pending_stale_after: Duration::from_secs(1),
+        // outlives a whole request (Relation::PendingStaleOutlivesRequest)
+        pending_stale_after: booking::settings::REQUEST_DEADLINE
+            + booking::settings::CLOCK_SKEW_MAX,
         ..Settings::default()
     }
 }

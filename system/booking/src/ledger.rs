@@ -3,8 +3,9 @@
 //! Per sale: an open flag, per level a cap and a counter, per candidate an
 //! eligibility mark, their current hold and their paid mark. Admission checks
 //! and acts in one step; every undo is guarded by the request token or the
-//! payment ID, so a second run is a no-op and a counter never goes below zero;
-//! a paid candidate is never touched by an undo.
+//! payment ID, so a second run is a no-op and a counter never goes below zero
+//! (an undo that would is a corrupt ledger, [`LedgerError::CounterUnderflow`],
+//! never clamped); a paid candidate is never touched by an undo.
 //!
 //! [`Model`] is the reference semantics as a pure state machine. The embedded
 //! ledger is this model behind a lock; the Redis ledger's Lua scripts must give
@@ -118,6 +119,21 @@ pub enum LedgerError {
     /// The backend answered something the adapter cannot read.
     #[error("ledger answered something unexpected: {0}")]
     Corrupt(String),
+    /// An undo (`undo_admission`, `release`) found the level its hold is
+    /// counted in at zero, or without a counter: the ledger is corrupt (every
+    /// hold is counted, so the count can never be below the holds). Nothing
+    /// was changed: the hold stays, the counter stays. A programmer error,
+    /// never clamped away; the adapters log it at error level, and the
+    /// audit's `ledger_matches_records` sees the count below the records.
+    #[error(
+        "corrupt ledger: undoing the hold of {candidate} would take level {level}'s count below zero; nothing changed"
+    )]
+    CounterUnderflow {
+        /// The level whose counter is already zero (or missing).
+        level: Level,
+        /// The candidate whose hold the undo would have dropped.
+        candidate: CandidateHash,
+    },
 }
 
 /// Tries of an undo whose call failed: its answer may have been lost after it
@@ -354,45 +370,68 @@ impl Model {
         }
     }
 
-    fn drop_hold(&mut self, candidate: &CandidateHash) {
-        if let Some(hold) = self.holds.remove(candidate) {
-            if let Some((_, count)) = self.levels.get_mut(&hold.level) {
-                // an undo never takes a counter below zero
-                *count = count.saturating_sub(1);
+    /// Removes the candidate's hold and gives its seat back. A counter that
+    /// is already zero (or missing) while the hold is counted in it is
+    /// [`LedgerError::CounterUnderflow`], checked before anything changes.
+    fn drop_hold(&mut self, candidate: &CandidateHash) -> Result<(), LedgerError> {
+        let Some(hold) = self.holds.get(candidate) else {
+            return Ok(());
+        };
+        match self.levels.get_mut(&hold.level) {
+            Some((_, count)) if *count > 0 => *count -= 1,
+            _ => {
+                return Err(LedgerError::CounterUnderflow {
+                    level: hold.level.clone(),
+                    candidate: candidate.clone(),
+                });
             }
         }
+        self.holds.remove(candidate);
+        Ok(())
     }
 
     /// Removes the hold made by `token` (pending or held) and gives its seat
     /// back. Used when create or enqueue failed, and for stale pending holds.
-    pub fn undo_admission(&mut self, candidate: &CandidateHash, token: &RequestToken) -> Step {
+    /// [`LedgerError::CounterUnderflow`] if the hold's level is already at
+    /// zero (nothing changes).
+    pub fn undo_admission(
+        &mut self,
+        candidate: &CandidateHash,
+        token: &RequestToken,
+    ) -> Result<Step, LedgerError> {
         if self.paid.contains_key(candidate) {
-            return Step::Paid;
+            return Ok(Step::Paid);
         }
         match self.holds.get(candidate) {
             Some(hold) if hold.token == *token => {
-                self.drop_hold(candidate);
-                Step::Done
+                self.drop_hold(candidate)?;
+                Ok(Step::Done)
             }
-            _ => Step::NoMatch,
+            _ => Ok(Step::NoMatch),
         }
     }
 
     /// Removes a held hold whose payment is `payment_id` and gives its seat back:
     /// the reconciler's and the TTL safety net's undo.
-    pub fn release(&mut self, candidate: &CandidateHash, payment_id: &PaymentId) -> Step {
+    /// [`LedgerError::CounterUnderflow`] if the hold's level is already at
+    /// zero (nothing changes).
+    pub fn release(
+        &mut self,
+        candidate: &CandidateHash,
+        payment_id: &PaymentId,
+    ) -> Result<Step, LedgerError> {
         if self.paid.contains_key(candidate) {
-            return Step::Paid;
+            return Ok(Step::Paid);
         }
         match self.holds.get(candidate) {
             Some(Hold {
                 state: HoldState::Held { payment_id: p, .. },
                 ..
             }) if p == payment_id => {
-                self.drop_hold(candidate);
-                Step::Done
+                self.drop_hold(candidate)?;
+                Ok(Step::Done)
             }
-            _ => Step::NoMatch,
+            _ => Ok(Step::NoMatch),
         }
     }
 
@@ -583,11 +622,47 @@ mod tests {
     fn undo_twice_never_goes_below_zero() {
         let (mut m, cs) = sale(2, &["x"]);
         m.admit(&cs[0], &level("a"), &token("t1"), 1);
-        assert_eq!(m.undo_admission(&cs[0], &token("other")), Step::NoMatch);
-        assert_eq!(m.undo_admission(&cs[0], &token("t1")), Step::Done);
-        assert_eq!(m.undo_admission(&cs[0], &token("t1")), Step::NoMatch);
+        assert_eq!(m.undo_admission(&cs[0], &token("other")), Ok(Step::NoMatch));
+        assert_eq!(m.undo_admission(&cs[0], &token("t1")), Ok(Step::Done));
+        assert_eq!(m.undo_admission(&cs[0], &token("t1")), Ok(Step::NoMatch));
         assert_eq!(m.counters().levels[0].count, 0);
         m.check().unwrap();
+    }
+
+    #[test]
+    fn an_undo_below_zero_is_a_corrupt_ledger_and_changes_nothing() {
+        let (mut m, cs) = sale(2, &["x", "y"]);
+        m.admit(&cs[0], &level("a"), &token("t1"), 1);
+        m.admit(&cs[1], &level("a"), &token("t2"), 1);
+        m.attach_payment(&cs[1], &token("t2"), &pay("P2"), 100);
+        // corrupt: the level's count lost its two seats
+        m.levels.insert(level("a"), (2, 0));
+        let before = m.clone();
+        let underflow = |c: &CandidateHash| LedgerError::CounterUnderflow {
+            level: level("a"),
+            candidate: c.clone(),
+        };
+        assert_eq!(
+            m.undo_admission(&cs[0], &token("t1")),
+            Err(underflow(&cs[0]))
+        );
+        assert_eq!(m.release(&cs[1], &pay("P2")), Err(underflow(&cs[1])));
+        assert_eq!(m, before, "nothing changed: the holds and the count stay");
+        // guards still come first: a miss is a miss, not an error
+        assert_eq!(m.undo_admission(&cs[0], &token("t9")), Ok(Step::NoMatch));
+        assert_eq!(m.release(&cs[1], &pay("P9")), Ok(Step::NoMatch));
+        // a hold counted in a level the sale does not have is corrupt too
+        m.levels.clear();
+        assert_eq!(
+            m.undo_admission(&cs[0], &token("t1")),
+            Err(underflow(&cs[0]))
+        );
+        assert!(m.holds.contains_key(&cs[0]));
+        let message = underflow(&cs[0]).to_string();
+        assert!(
+            message.contains("corrupt ledger") && message.contains("level a"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -596,7 +671,7 @@ mod tests {
         m.admit(&cs[0], &level("a"), &token("t1"), 1);
         assert_eq!(
             m.release(&cs[0], &pay("P1")),
-            Step::NoMatch,
+            Ok(Step::NoMatch),
             "pending holds are not released by payment"
         );
         assert_eq!(
@@ -626,12 +701,12 @@ mod tests {
             ),
             "the retry changed nothing"
         );
-        assert_eq!(m.release(&cs[0], &pay("P0")), Step::NoMatch);
+        assert_eq!(m.release(&cs[0], &pay("P0")), Ok(Step::NoMatch));
         assert_eq!(m.extend(&cs[0], &pay("P1"), 200), Step::Done);
         assert_eq!(m.mark_paid(&cs[0], &pay("P1")), Step::Done);
         assert_eq!(m.mark_paid(&cs[0], &pay("P1")), Step::Paid);
-        assert_eq!(m.release(&cs[0], &pay("P1")), Step::Paid);
-        assert_eq!(m.undo_admission(&cs[0], &token("t1")), Step::Paid);
+        assert_eq!(m.release(&cs[0], &pay("P1")), Ok(Step::Paid));
+        assert_eq!(m.undo_admission(&cs[0], &token("t1")), Ok(Step::Paid));
         assert_eq!(m.counters().levels[0].count, 1, "a paid seat stays counted");
         assert!(matches!(
             m.admit(&cs[0], &level("a"), &token("t9"), 5),
@@ -649,7 +724,7 @@ mod tests {
             m.admit(&cs[1], &level("a"), &token("t2"), 2),
             Admission::LevelFull
         );
-        assert_eq!(m.release(&cs[0], &pay("P1")), Step::Done);
+        assert_eq!(m.release(&cs[0], &pay("P1")), Ok(Step::Done));
         assert_eq!(
             m.admit(&cs[1], &level("a"), &token("t2"), 3),
             Admission::Admitted { count: 1 }

@@ -37,5 +37,5 @@ pub use records::{
     BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
     StreamKind, StreamRecord, Throttles, UserIdentity, WorkerVerdict, classify_conflict,
 };
-pub use settings::Settings;
+pub use settings::{BrokenRelation, Relation, Settings};
 pub use status::{StatusDocument, StatusWriter};

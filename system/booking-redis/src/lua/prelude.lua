@@ -48,20 +48,22 @@ local function hold_of(candidate)
   return hold
 end
 
--- Removes the candidate's hold and gives its seat back. A counter never goes
--- below zero, and a level the sale does not have is left alone (as the model
--- does). Returns an error reply if the counter is unreadable, before writing.
+-- Removes the candidate's hold and gives its seat back. Returns an error
+-- reply, before writing, if the counter is unreadable (CORRUPT), or if it is
+-- already zero or missing while the hold is counted in it: an undo below zero
+-- is a corrupt ledger ('UNDERFLOW <level>'), never clamped (as the model).
 local function drop_hold(candidate, hold)
   local raw = redis.call('HGET', COUNTS, hold.level)
   local count = raw and tonumber(raw)
   if raw and not count then
     return corrupt('count of level ' .. hold.level .. ': ' .. raw)
   end
+  if not count or count < 1 then
+    return redis.error_reply('UNDERFLOW ' .. hold.level)
+  end
   redis.call('HDEL', HOLDS, candidate)
   redis.call('ZREM', PENDING, candidate)
   redis.call('ZREM', HELD, candidate)
-  if count and count > 0 then
-    redis.call('HINCRBY', COUNTS, hold.level, -1)
-  end
+  redis.call('HINCRBY', COUNTS, hold.level, -1)
   return nil
 end
