@@ -15,7 +15,8 @@
 //! reconciler's to clean.
 //!
 //! Each step gets what is left of the request deadline minus
-//! [`UNDO_RESERVE`] (at most a quarter of the deadline), kept back so the
+//! [`UNDO_RESERVE`] (`Settings::check` keeps it within a quarter of the
+//! deadline), kept back so the
 //! undo can still run before the deadline. Every deadline is a tokio
 //! [`Instant`], so the path runs on a paused runtime in virtual time.
 //!
@@ -35,8 +36,7 @@ use tokio::time::Instant;
 
 use crate::stack::Stack;
 
-/// Time kept back from the request deadline for undoing a failed admission.
-pub const UNDO_RESERVE: Duration = Duration::from_millis(500);
+pub use booking::settings::UNDO_RESERVE;
 
 /// What a harness hears from the request path. Every method does nothing
 /// by default.
@@ -228,7 +228,10 @@ pub async fn book(
     level: &Level,
     deadline: Instant,
 ) -> BookAnswer {
-    let reserve = UNDO_RESERVE.min(stack.settings.request_deadline / 4);
+    debug_assert!(
+        stack.settings.request_deadline >= UNDO_RESERVE * 4,
+        "Settings::check lets no request deadline below four undo reserves through"
+    );
     let request = Request {
         stack,
         events,
@@ -236,7 +239,7 @@ pub async fn book(
         level,
         token: request_token(stack.entropy.as_ref()),
         deadline,
-        work_until: deadline.checked_sub(reserve).unwrap_or(deadline),
+        work_until: deadline.checked_sub(UNDO_RESERVE).unwrap_or(deadline),
     };
     request.run().await
 }

@@ -464,7 +464,7 @@ impl Reconciler {
         report.due = due.len() as u64;
 
         // (5) SWEEP_CONCURRENCY at a time, no new start after the budget
-        let concurrency = settings.sweep_concurrency.max(1);
+        let concurrency = settings.sweep_concurrency;
         let mut running: JoinSet<Done> = JoinSet::new();
         let mut deferred = 0u64;
         let mut records = due.into_iter();
