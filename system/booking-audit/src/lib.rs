@@ -2,7 +2,8 @@
 //!
 //! - [`snapshot`]: [`SaleSnapshot`], everything the audit reads, as plain
 //!   data; the gatherers (`booking-server`'s `audit_snapshot` for a
-//!   deployment, `chaos`'s `sim::checks` for the virtual-time sale) fill it.
+//!   deployment, `chaos`'s `sim` for the virtual-time sale, whose
+//!   `sim::checks` reports the verdicts) fill it.
 //! - [`gateway`]: [`GatewayTruth`], the gateway's ground truth, and its one
 //!   reader of the mock's `/__mock/ledger` JSON.
 //! - [`invariants`]: one function per invariant, and [`audit`], which runs

@@ -2,9 +2,9 @@
 //!
 //! Two gatherers fill it: `booking-server`'s `audit_snapshot` (from the ports
 //! of a running deployment: `booking audit`, `/ops/audit`, the rehearsal)
-//! and `chaos`'s `sim::checks` (from the virtual-time sale's backends). A
-//! part left `None` was not read, and the invariants that need it do not
-//! apply ([`crate::invariants`] says which need what).
+//! and `chaos`'s `sim` (from the virtual-time sale's backends, at
+//! quiescence). A part left `None` was not read, and the invariants that
+//! need it do not apply ([`crate::invariants`] says which need what).
 
 use std::collections::BTreeMap;
 
