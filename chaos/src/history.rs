@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use booking::{CandidateHash, Clock, Level, PaymentId};
+use booking_audit::Verdict;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -298,46 +299,10 @@ pub struct FinalState {
     pub emails: Vec<EmailSent>,
 }
 
-/// A checker's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckResult {
-    /// The check's name (stable: reports refer to it).
-    pub name: String,
-    /// Whether it held.
-    pub passed: bool,
-    /// Violations found (0 when it passed), so a report holds it to an
-    /// `at_most 0` threshold.
-    pub figure: f64,
-    /// What was checked, and the first violations.
-    pub detail: String,
-}
-
-/// Violations listed in a result's detail at most.
-const DETAIL_MAX: usize = 10;
-
-fn result(name: &str, checked: String, violations: Vec<String>) -> CheckResult {
-    let detail = if violations.is_empty() {
-        checked
-    } else {
-        let shown: Vec<&str> = violations
-            .iter()
-            .take(DETAIL_MAX)
-            .map(String::as_str)
-            .collect();
-        let more = violations.len().saturating_sub(DETAIL_MAX);
-        let tail = if more > 0 {
-            format!("; and {more} more")
-        } else {
-            String::new()
-        };
-        format!("{checked}; {}{tail}", shown.join("; "))
-    };
-    CheckResult {
-        name: name.to_owned(),
-        passed: violations.is_empty(),
-        figure: violations.len() as f64,
-        detail,
-    }
+/// A checker's verdict: violations counted, held to 0, the detail opening
+/// with what was checked.
+fn result(name: &str, checked: String, violations: Vec<String>) -> Verdict {
+    Verdict::none_of(name, &checked, &violations)
 }
 
 fn short(c: &CandidateHash) -> &str {
@@ -348,7 +313,7 @@ fn short(c: &CandidateHash) -> &str {
 /// certainly happened minus the releases that may have, and the admissions
 /// that may have happened minus the releases that certainly did; and never
 /// above the cap.
-pub fn counter_bounds(history: &[Op], state: &FinalState) -> CheckResult {
+pub fn counter_bounds(history: &[Op], state: &FinalState) -> Verdict {
     // level -> (ok admits, possible admits, ok releases, possible releases)
     let mut tally: BTreeMap<&Level, [u64; 4]> = BTreeMap::new();
     for op in history {
@@ -410,7 +375,7 @@ pub fn counter_bounds(history: &[Op], state: &FinalState) -> CheckResult {
 /// Unique IDs: no candidate and no payment in two PAID bookings, no level with
 /// more PAID bookings than seats, and no candidate admitted twice (both
 /// certainly) without a release of theirs that may have happened in between.
-pub fn unique_ids(history: &[Op], state: &FinalState) -> CheckResult {
+pub fn unique_ids(history: &[Op], state: &FinalState) -> Verdict {
     let mut violations = Vec::new();
     let mut by_candidate: BTreeMap<&CandidateHash, u32> = BTreeMap::new();
     let mut by_payment: BTreeMap<&PaymentId, u32> = BTreeMap::new();
@@ -499,7 +464,7 @@ pub fn unique_ids(history: &[Op], state: &FinalState) -> CheckResult {
 /// booking that is not PAID; every confirmation acknowledged to a client is
 /// PAID (none lost); every email acknowledged as sent was delivered. Unknown
 /// confirmations and emails may have happened or not.
-pub fn total_queue(history: &[Op], state: &FinalState) -> CheckResult {
+pub fn total_queue(history: &[Op], state: &FinalState) -> Verdict {
     let mut violations = Vec::new();
     let paid: BTreeSet<(&CandidateHash, &PaymentId)> = state
         .paid
@@ -564,7 +529,7 @@ pub fn total_queue(history: &[Op], state: &FinalState) -> CheckResult {
 /// completed ok before the release was invoked. A release of unknown outcome
 /// is given the benefit of the doubt (the ledger refuses to release a paid
 /// candidate, so it may have been refused).
-pub fn no_paid_released(history: &[Op], state: &FinalState) -> CheckResult {
+pub fn no_paid_released(history: &[Op], state: &FinalState) -> Verdict {
     let mut violations = Vec::new();
     let paid: BTreeSet<(&CandidateHash, &PaymentId)> = state
         .paid
@@ -621,7 +586,7 @@ pub fn no_paid_released(history: &[Op], state: &FinalState) -> CheckResult {
 }
 
 /// Every checker, in the table's order.
-pub fn check_all(history: &[Op], state: &FinalState) -> Vec<CheckResult> {
+pub fn check_all(history: &[Op], state: &FinalState) -> Vec<Verdict> {
     vec![
         counter_bounds(history, state),
         unique_ids(history, state),

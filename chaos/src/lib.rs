@@ -37,8 +37,8 @@ pub mod wrappers;
 pub mod zoo;
 
 pub use history::{
-    CheckResult, EmailSent, FinalState, History, LevelFinal, Op, OpHandle, OpKind, OpValue,
-    Outcome, PaidBooking, check_all, counter_bounds, no_paid_released, total_queue, unique_ids,
+    EmailSent, FinalState, History, LevelFinal, Op, OpHandle, OpKind, OpValue, Outcome,
+    PaidBooking, check_all, counter_bounds, no_paid_released, total_queue, unique_ids,
 };
 pub use injector::{Effect, Failure, FaultCount, FiredFault, Injector, TokioClock, Verdict};
 pub use schedule::{

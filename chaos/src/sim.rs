@@ -44,7 +44,7 @@ pub mod checks;
 pub mod plan;
 pub mod ports;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -80,8 +80,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::history::{
-    CheckResult, EmailSent, FinalState, History, LevelFinal, OpKind, OpValue, PaidBooking,
-    check_all,
+    EmailSent, FinalState, History, LevelFinal, OpKind, OpValue, PaidBooking, check_all,
 };
 use crate::injector::{Injector, TokioClock};
 use crate::schedule::Schedule;
@@ -89,7 +88,8 @@ use crate::wrappers::{
     FaultyAlerts, FaultyCoordination, FaultyGateway, FaultyLedger, FaultyMailer, FaultyQueue,
     FaultyRecords, SkewedClock,
 };
-use checks::{LevelEnd, Snapshot, invariants, status_checks};
+use booking_audit::{SaleSnapshot, Verdict};
+use checks::invariants;
 use plan::{Behaviour, LoadShape, PayerMix, coin, plan_arrivals, rng_for};
 use ports::{
     DiesAfterExecute, RecordingLedger, RecordingMailer, SimGateway, SimTokenEndpoint,
@@ -225,7 +225,7 @@ pub struct SimReport {
     #[serde(default)]
     pub faults: Vec<crate::injector::FaultCount>,
     /// Every check: the invariants, then the history's checkers.
-    pub checks: Vec<CheckResult>,
+    pub checks: Vec<Verdict>,
     /// Whether every check passed.
     pub passed: bool,
 }
@@ -241,7 +241,7 @@ impl SimReport {
     }
 
     /// The check called `name`.
-    pub fn check(&self, name: &str) -> Option<&CheckResult> {
+    pub fn check(&self, name: &str) -> Option<&Verdict> {
         self.checks.iter().find(|c| c.name == name)
     }
 
@@ -808,24 +808,14 @@ impl Ctx {
         }
     }
 
-    /// The checks on what payers were told and what the gateway did:
-    /// `approved_payers_told_paid`, `paid_bookings_completed_at_gateway`
-    /// and `no_payment_executed_after_deadline`.
-    fn payer_checks(&self, records: &[booking::records::BookingRecord]) -> Vec<CheckResult> {
-        let payments = self.sim_gateway.payments();
-        vec![
-            checks::verdict(
-                "approved_payers_told_paid",
-                "approved payers' redirects answered not_paid".to_owned(),
-                self.told_not_paid.lock().clone(),
-            ),
-            checks::paid_bookings_completed_at_gateway(records, &payments),
-            checks::no_payment_executed_after_deadline(
-                records,
-                &payments,
-                self.config.settings.hold.as_millis() as u64,
-            ),
-        ]
+    /// What payers were told: `approved_payers_told_paid` (what the gateway
+    /// did is the audit's, in [`checks::invariants`]).
+    fn payer_checks(&self) -> Vec<Verdict> {
+        vec![checks::verdict(
+            "approved_payers_told_paid",
+            "approved payers' redirects answered not_paid".to_owned(),
+            self.told_not_paid.lock().clone(),
+        )]
     }
 
     /// One arrival: the candidate's requests (another level when full, again
@@ -919,8 +909,8 @@ impl Ctx {
         (!waiting.is_empty()).then(|| waiting.join(", "))
     }
 
-    /// What the backends and the gateway hold now.
-    async fn snapshot(&self) -> Result<Snapshot, SimError> {
+    /// What the backends and the gateway hold now, as the audit reads it.
+    async fn snapshot(&self) -> Result<SaleSnapshot, SimError> {
         let setup = |e: &dyn std::fmt::Display| SimError::Setup(e.to_string());
         let counters = self
             .raw_ledger
@@ -928,7 +918,7 @@ impl Ctx {
             .await
             .map_err(|e| setup(&e))?;
         let records = self.raw_records.scan_all().await.map_err(|e| setup(&e))?;
-        let mut ledger_paid = BTreeMap::new();
+        let mut marks: BTreeMap<CandidateHash, booking_audit::LedgerMark> = BTreeMap::new();
         for c in &self.candidates {
             if let Some(p) = self
                 .raw_ledger
@@ -936,11 +926,10 @@ impl Ctx {
                 .await
                 .map_err(|e| setup(&e))?
             {
-                ledger_paid.insert(c.clone(), p);
+                marks.entry(c.clone()).or_default().paid = Some(p);
             }
         }
-        let mut ledger_holds = BTreeSet::new();
-        for (c, _) in self
+        for (c, hold) in self
             .raw_ledger
             .stale_pending(&self.sale, u64::MAX, usize::MAX)
             .await
@@ -953,43 +942,70 @@ impl Ctx {
                     .map_err(|e| setup(&e))?,
             )
         {
-            ledger_holds.insert(c);
+            marks.entry(c).or_default().hold = Some(hold);
         }
-        let payments = self.sim_gateway.payments();
-        let completed = self
+        let payer: BTreeMap<PaymentId, CandidateHash> = self
             .bookings
             .lock()
             .iter()
-            .filter(|(_, p)| {
-                matches!(
-                    payments.get(p).map(|s| &s.state),
-                    Some(GatewayPaymentState::Completed { .. })
-                )
-            })
-            .cloned()
+            .map(|(c, p)| (p.clone(), c.clone()))
             .collect();
-        Ok(Snapshot {
-            levels: counters
-                .levels
-                .iter()
-                .map(|l| LevelEnd {
-                    level: l.level.clone(),
-                    cap: l.cap,
-                    count: l.count,
-                })
-                .collect(),
+        let payments = self
+            .sim_gateway
+            .payments()
+            .into_iter()
+            .map(|(id, p)| booking_audit::GatewayPayment {
+                payment_id: id.to_string(),
+                state: match p.state {
+                    GatewayPaymentState::Initiated => booking_audit::GatewayState::Initiated,
+                    GatewayPaymentState::Authorized => booking_audit::GatewayState::Authorized,
+                    GatewayPaymentState::Completed { .. } => booking_audit::GatewayState::Completed,
+                    GatewayPaymentState::Cancelled => booking_audit::GatewayState::Cancelled,
+                    GatewayPaymentState::Failed => booking_audit::GatewayState::Failed,
+                    GatewayPaymentState::Unknown(_) => booking_audit::GatewayState::Unknown,
+                },
+                candidate: payer.get(&id).cloned(),
+                app_key: String::new(),
+                amount_poisha: 0,
+                merchant_invoice_number: p.invoice,
+                created_ms: Some(p.created_ms),
+                executed_ms: p.completed_ms,
+            })
+            .collect();
+        let mut landed = booking_audit::LandedStatus::default();
+        for w in self.sink.writes() {
+            match StatusDocument::from_json(&w.document) {
+                Ok(d) if d.sale == self.sale => landed.documents.push((w.at_ms, d)),
+                Ok(_) => {}
+                Err(_) => landed.unreadable_at_ms.push(w.at_ms),
+            }
+        }
+        Ok(SaleSnapshot {
+            sale: self.sale.clone(),
+            settled: true,
+            open: counters.open,
+            levels: counters.levels,
             records,
-            ledger_paid,
-            ledger_holds,
-            completed,
+            ledger_marks: Some(marks),
+            queue: None,
+            dead_letters: None,
+            throttles: None,
             emails: self.outbox.sent(),
-            alerts: self.alert_log.raised(),
+            alerts: Some(self.alert_log.raised()),
+            status: None,
+            landed: Some(landed),
+            gateway: Some(booking_audit::GatewayTruth {
+                payments,
+                grants_in_window: None,
+            }),
+            hold_ms: self.config.settings.hold.as_millis() as u64,
+            back_office: None,
         })
     }
 }
 
 /// The final state the history's checkers read.
-fn final_state(s: &Snapshot) -> FinalState {
+fn final_state(s: &SaleSnapshot) -> FinalState {
     FinalState {
         levels: s
             .levels
@@ -1347,17 +1363,6 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
 
     let snapshot = ctx.snapshot().await?;
     let mut checks = invariants(&snapshot);
-    let documents: Vec<(u64, StatusDocument)> = ctx
-        .sink
-        .writes()
-        .iter()
-        .filter_map(|w| {
-            StatusDocument::from_json(&w.document)
-                .ok()
-                .map(|d| (w.at_ms, d))
-        })
-        .collect();
-    checks.extend(status_checks(&documents));
     let completed: BTreeMap<PaymentId, u64> = ctx
         .sim_gateway
         .payments()
@@ -1375,7 +1380,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         token_endpoint.spent(),
         token_endpoint.regrants(),
     ));
-    checks.extend(ctx.payer_checks(&snapshot.records));
+    checks.extend(ctx.payer_checks());
     checks.extend(check_all(&history.ops(), &final_state(&snapshot)));
     let passed = checks.iter().all(|c| c.passed);
     let dead_letters = ctx
@@ -1397,7 +1402,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
             .count() as u64,
         released: ledger.released(),
         extended: reconcilers.iter().map(|r| r.stats().extended).sum(),
-        alerts: snapshot.alerts.len() as u64,
+        alerts: snapshot.alerts.as_ref().map_or(0, Vec::len) as u64,
         emails: snapshot.emails.len() as u64,
         redelivered: workers.iter().map(|w| w.stats().duplicates).sum(),
         dead_letters,

@@ -238,10 +238,10 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{InvariantResult, TransactionFigures};
+    use crate::model::{TransactionFigures, Verdict};
 
-    fn inv(name: &str, passed: bool, figure: f64) -> InvariantResult {
-        InvariantResult {
+    fn inv(name: &str, passed: bool, figure: f64) -> Verdict {
+        Verdict {
             name: name.into(),
             passed,
             figure,
@@ -252,7 +252,7 @@ mod tests {
         }
     }
 
-    fn report(run: &str, rate: f64, p99: f64, invariants: Vec<InvariantResult>) -> Report {
+    fn report(run: &str, rate: f64, p99: f64, invariants: Vec<Verdict>) -> Report {
         let mut r: Report = serde_json::from_value(serde_json::json!({
             "schema": 1, "run_id": run, "profile_name": "p", "profile": {}, "seed": 1,
             "stack": "embedded", "started_at": "x", "finished_at": "y", "passed": true,

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Duration, SecondsFormat};
 
-use crate::model::{InvariantResult, Report, TransactionFigures};
+use crate::model::{Report, TransactionFigures, Verdict};
 
 /// The transaction whose latency the headline quotes.
 pub const BOOKING: &str = "booking";
@@ -45,8 +45,8 @@ pub fn wall_clock(r: &Report, ms: u64) -> Option<String> {
 }
 
 /// The invariants, failed ones first, otherwise in report order.
-pub fn failed_first(r: &Report) -> Vec<&InvariantResult> {
-    let mut v: Vec<&InvariantResult> = r.invariants.iter().collect();
+pub fn failed_first(r: &Report) -> Vec<&Verdict> {
+    let mut v: Vec<&Verdict> = r.invariants.iter().collect();
     v.sort_by_key(|i| i.passed);
     v
 }
@@ -94,7 +94,7 @@ pub fn with_unit(value: f64, unit: &str) -> String {
 }
 
 /// An invariant's threshold as a bound: `≤ 50 ms`, `≥ 1,950 bookings/s`.
-pub fn threshold(i: &InvariantResult) -> String {
+pub fn threshold(i: &Verdict) -> String {
     let op = match i.bound.as_str() {
         "at_most" => "≤",
         "at_least" => "≥",
@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn units_and_bounds() {
-        let mut i = InvariantResult {
+        let mut i = Verdict {
             name: "booking_p99_ms".into(),
             passed: true,
             figure: 31.743,

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub use compare::{Comparison, compare};
 pub use model::{
     Fault, InvariantResult, LevelFigures, LoadFigures, Phase, QueueFigures, Report, SCHEMA,
-    SaleFigures, Sample, TransactionFigures,
+    SaleFigures, Sample, TransactionFigures, Verdict,
 };
 
 /// The report's file name in a run folder.

@@ -46,7 +46,7 @@ pub struct Report {
     /// The admission queue.
     pub queue: QueueFigures,
     /// Each invariant and threshold, checked after quiescence.
-    pub invariants: Vec<InvariantResult>,
+    pub invariants: Vec<Verdict>,
     /// Faults injected (empty in a plain rehearsal).
     #[serde(default)]
     pub faults: Vec<Fault>,
@@ -60,12 +60,12 @@ pub struct Report {
 
 impl Report {
     /// The invariants that failed.
-    pub fn failed(&self) -> impl Iterator<Item = &InvariantResult> {
+    pub fn failed(&self) -> impl Iterator<Item = &Verdict> {
         self.invariants.iter().filter(|i| !i.passed)
     }
 
     /// The invariant called `name`.
-    pub fn invariant(&self, name: &str) -> Option<&InvariantResult> {
+    pub fn invariant(&self, name: &str) -> Option<&Verdict> {
         self.invariants.iter().find(|i| i.name == name)
     }
 }
@@ -173,31 +173,11 @@ pub struct QueueFigures {
     pub dead_letters: u64,
 }
 
-/// One checked invariant or threshold: passed iff the figure is within it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct InvariantResult {
-    /// Its name (stable: CI and tests refer to it).
-    pub name: String,
-    /// Whether it held.
-    pub passed: bool,
-    /// The measured figure.
-    pub figure: f64,
-    /// The threshold the figure was held to.
-    pub threshold: f64,
-    /// The figure's unit (`count`, `ms`, `%`, `bookings/s`).
-    #[serde(default)]
-    pub unit: String,
-    /// `at_most` or `at_least`: which side of the threshold passes.
-    #[serde(default = "at_most")]
-    pub bound: String,
-    /// The first violations, for a human.
-    #[serde(default)]
-    pub detail: String,
-}
+pub use booking_audit::Verdict;
 
-fn at_most() -> String {
-    "at_most".to_owned()
-}
+/// The name [`Verdict`] had here before the audit and the reports shared it
+/// (its JSON is unchanged).
+pub type InvariantResult = Verdict;
 
 /// A fault injected during the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use booking::records::RecordStatus;
 use booking::{Counters, Level, SaleId};
 use booking_server::config::{ServerConfig, StackConfig, StackKind};
-use booking_server::ops::{self, AuditReport, StatusReport};
+use booking_server::ops::{self, AuditReport, GatewayTruth, StatusReport};
 use booking_server::{Server, build, build_sharing, serve};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -549,15 +549,17 @@ impl Fleet {
         Ok(())
     }
 
-    /// The gateway's ground truth (`{"payments": [...]}`), when known.
-    pub async fn gateway_ledger(&self) -> Result<Option<Value>, FleetError> {
+    /// The gateway's ground truth, when known: the in-process mock's
+    /// payments and grants, or a remote target's mock's `/__mock/ledger`.
+    pub async fn gateway_ledger(&self) -> Result<Option<GatewayTruth>, FleetError> {
         if let Some(mock) = &self.mock {
-            let payments = serde_json::to_value(mock.app.gateway.payments())
-                .map_err(|e| FleetError::Read(e.to_string()))?;
-            let grants = mock.app.gateway.grants_in_window_json();
-            return Ok(Some(
-                json!({ "payments": payments, "grants_in_window": grants }),
-            ));
+            let ledger = json!({
+                "payments": mock.app.gateway.payments(),
+                "grants_in_window": mock.app.gateway.grants_in_window_json(),
+            });
+            return GatewayTruth::from_value(&ledger)
+                .map(Some)
+                .map_err(|e| FleetError::Read(e.to_string()));
         }
         match self.remote.as_ref().and_then(|r| r.gateway.as_deref()) {
             Some(base) => booking_server::admin::fetch_gateway_ledger(base)
@@ -569,7 +571,10 @@ impl Fleet {
     }
 
     /// The audit, on the instance that ran `reset`, against `gateway_ledger`.
-    pub async fn audit(&self, gateway_ledger: Option<&Value>) -> Result<AuditReport, FleetError> {
+    pub async fn audit(
+        &self,
+        gateway_ledger: Option<&GatewayTruth>,
+    ) -> Result<AuditReport, FleetError> {
         if let Some(r) = &self.remote {
             let path = match &r.gateway {
                 Some(g) => format!("/ops/audit?gateway={g}"),

@@ -22,11 +22,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use booking_server::ops::GatewayTruth;
 use parking_lot::Mutex;
 use reports::{
-    InvariantResult, LevelFigures, LoadFigures, Phase, QueueFigures, Report, SaleFigures, Sample,
+    LevelFigures, LoadFigures, Phase, QueueFigures, Report, SaleFigures, Sample, Verdict,
 };
-use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::fleet::{Fleet, FleetError, Snapshot};
@@ -502,7 +502,7 @@ pub async fn verdicts(
     fleet: &Fleet,
     profile: &Profile,
     measured: &Measured,
-) -> Result<Vec<InvariantResult>, RehearseError> {
+) -> Result<Vec<Verdict>, RehearseError> {
     Ok(verdicts_with_ledger(fleet, profile, measured).await?.0)
 }
 
@@ -510,11 +510,11 @@ async fn verdicts_with_ledger(
     fleet: &Fleet,
     profile: &Profile,
     measured: &Measured,
-) -> Result<(Vec<InvariantResult>, Option<Value>), RehearseError> {
+) -> Result<(Vec<Verdict>, Option<GatewayTruth>), RehearseError> {
     let t = &profile.thresholds;
     let ledger = fleet.gateway_ledger().await?;
     let audit = fleet.audit(ledger.as_ref()).await?;
-    let mut out: Vec<InvariantResult> = audit
+    let mut out: Vec<Verdict> = audit
         .invariants
         .iter()
         .map(|i| thresholds::from_audit(i, t))
@@ -525,7 +525,7 @@ async fn verdicts_with_ledger(
         out.push(thresholds::queue_age(age, measured.queue_samples, t));
     }
     out.push(thresholds::server_errors(&measured.load, t));
-    let admissions = ledger.as_ref().and_then(|v| admissions(profile, v));
+    let admissions = ledger.as_ref().and_then(|g| admissions(profile, g));
     let turned_away = admissions
         .as_ref()
         .map(|a| thresholds::turned_away(&measured.first_asks, &a.candidates));
@@ -593,9 +593,9 @@ pub fn invoice_candidate(invoice: &str) -> Option<&str> {
     Some(candidate)
 }
 
-/// The [`Admissions`] in `ledger`; `None` when two levels share a price (an
-/// amount would not name one level) or the ledger has no payments list.
-pub fn admissions(profile: &Profile, ledger: &Value) -> Option<Admissions> {
+/// The [`Admissions`] in the gateway's ledger; `None` when two levels share
+/// a price (an amount would not name one level).
+pub fn admissions(profile: &Profile, ledger: &GatewayTruth) -> Option<Admissions> {
     let mut by_price: BTreeMap<u64, String> = BTreeMap::new();
     for l in &profile.levels {
         if by_price
@@ -606,20 +606,12 @@ pub fn admissions(profile: &Profile, ledger: &Value) -> Option<Admissions> {
         }
     }
     let mut out = Admissions::default();
-    for p in ledger.get("payments")?.as_array()? {
-        let Some(level) = p
-            .get("amountPoisha")
-            .and_then(Value::as_u64)
-            .and_then(|a| by_price.get(&a))
-        else {
+    for p in &ledger.payments {
+        let Some(level) = by_price.get(&p.amount_poisha) else {
             continue;
         };
         *out.count.entry(level.clone()).or_default() += 1;
-        if let Some(c) = p
-            .get("merchantInvoiceNumber")
-            .and_then(Value::as_str)
-            .and_then(invoice_candidate)
-        {
+        if let Some(c) = invoice_candidate(&p.merchant_invoice_number) {
             out.candidates
                 .entry(level.clone())
                 .or_default()
@@ -647,7 +639,7 @@ fn sale_figures(
     profile: &Profile,
     snap: &Snapshot,
     holds_created: u64,
-    ledger: Option<&Value>,
+    ledger: Option<&GatewayTruth>,
 ) -> SaleFigures {
     let counts: BTreeMap<String, u64> = snap
         .counters
@@ -674,7 +666,7 @@ fn sale_figures(
         .collect();
     let caps: Vec<(String, u64)> = levels.iter().map(|l| (l.level.clone(), l.cap)).collect();
     let resold = ledger
-        .and_then(|v| admissions(profile, v))
+        .and_then(|g| admissions(profile, g))
         .map_or(0, |a| resold(&caps, &a.count));
     SaleFigures {
         seats: profile.seats(),
@@ -756,12 +748,13 @@ mod tests {
     #[test]
     fn admissions_are_read_per_level_from_amounts_and_invoices() {
         let p = Profile::default();
-        let ledger = json!({"payments": [
-            {"amountPoisha": 500_000, "state": "Completed", "merchantInvoiceNumber": "launch-aaa-1"},
-            {"amountPoisha": 500_000, "state": "Cancelled", "merchantInvoiceNumber": "launch-bbb-2"},
-            {"amountPoisha": 50_000, "state": "Initiated", "merchantInvoiceNumber": "launch-aaa-3"},
-            {"amountPoisha": 1, "state": "Initiated", "merchantInvoiceNumber": "launch-ccc-4"},
-        ]});
+        let ledger = GatewayTruth::from_value(&json!({"payments": [
+            {"paymentID": "1", "amountPoisha": 500_000, "state": "Completed", "merchantInvoiceNumber": "launch-aaa-1"},
+            {"paymentID": "2", "amountPoisha": 500_000, "state": "Cancelled", "merchantInvoiceNumber": "launch-bbb-2"},
+            {"paymentID": "3", "amountPoisha": 50_000, "state": "Initiated", "merchantInvoiceNumber": "launch-aaa-3"},
+            {"paymentID": "4", "amountPoisha": 1, "state": "Initiated", "merchantInvoiceNumber": "launch-ccc-4"},
+        ]}))
+        .unwrap();
         let a = admissions(&p, &ledger).unwrap();
         assert_eq!(a.count.get("floor"), Some(&2));
         assert_eq!(a.count.get("gallery"), Some(&1));

@@ -1,5 +1,6 @@
 //! Verdicts: figures of a run, held to the profile's [`Thresholds`], become
-//! [`InvariantResult`]s. Every function here is pure; the rehearsal gathers
+//! [`Verdict`]s (the audit's own type; its invariants are listed in
+//! `booking_audit::invariants`). Every function here is pure; the rehearsal gathers
 //! the figures ([`crate::rehearse`]) and these decide.
 //!
 //! The names are stable (CI and the tests refer to them):
@@ -18,17 +19,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use booking_server::ops::Invariant;
-use reports::{InvariantResult, LoadFigures};
+use booking_audit::verdict::quote;
+pub use booking_audit::{AT_LEAST, AT_MOST, DETAILS_MAX, Verdict};
+use reports::LoadFigures;
 
 use crate::profile::Thresholds;
-
-/// `bound` of an invariant that passes at or below its threshold.
-pub const AT_MOST: &str = "at_most";
-/// `bound` of an invariant that passes at or above its threshold.
-pub const AT_LEAST: &str = "at_least";
-/// Violations quoted in a detail at most.
-pub const DETAILS_MAX: usize = 10;
 
 /// The name of the rush-rate threshold.
 pub const RUSH_RATE: &str = "rush_rate";
@@ -50,84 +45,34 @@ pub const APPROVED_TOLD_PAID: &str = "approved_payers_told_paid";
 pub const BOOKING_TRANSACTION: &str = "booking";
 
 /// `figure <= threshold`.
-pub fn at_most(
-    name: &str,
-    figure: f64,
-    threshold: f64,
-    unit: &str,
-    detail: String,
-) -> InvariantResult {
-    InvariantResult {
-        name: name.to_owned(),
-        passed: figure <= threshold,
-        figure,
-        threshold,
-        unit: unit.to_owned(),
-        bound: AT_MOST.to_owned(),
-        detail,
-    }
+pub fn at_most(name: &str, figure: f64, threshold: f64, unit: &str, detail: String) -> Verdict {
+    Verdict::at_most(name, figure, threshold, unit, detail)
 }
 
 /// `figure >= threshold`.
-pub fn at_least(
-    name: &str,
-    figure: f64,
-    threshold: f64,
-    unit: &str,
-    detail: String,
-) -> InvariantResult {
-    InvariantResult {
-        name: name.to_owned(),
-        passed: figure >= threshold,
-        figure,
-        threshold,
-        unit: unit.to_owned(),
-        bound: AT_LEAST.to_owned(),
-        detail,
-    }
+pub fn at_least(name: &str, figure: f64, threshold: f64, unit: &str, detail: String) -> Verdict {
+    Verdict::at_least(name, figure, threshold, unit, detail)
 }
 
 /// A count invariant: at most `max` violations, the first few quoted.
-pub fn count_at_most(name: &str, violations: &[String], max: u64) -> InvariantResult {
-    at_most(
-        name,
-        violations.len() as f64,
-        max as f64,
-        "count",
-        quote(violations),
-    )
-}
-
-fn quote(lines: &[String]) -> String {
-    let mut s = lines
-        .iter()
-        .take(DETAILS_MAX)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("; ");
-    if lines.len() > DETAILS_MAX {
-        s.push_str(&format!("; … {} more", lines.len() - DETAILS_MAX));
-    }
-    s
+pub fn count_at_most(name: &str, violations: &[String], max: u64) -> Verdict {
+    Verdict::violations(name, violations, max)
 }
 
 /// One of the audit's invariants, judged again against the profile's bound
 /// for it (the audit's own bound is 0).
-pub fn from_audit(invariant: &Invariant, thresholds: &Thresholds) -> InvariantResult {
+pub fn from_audit(invariant: &Verdict, thresholds: &Thresholds) -> Verdict {
     let max = thresholds.audit_max(&invariant.name);
-    InvariantResult {
-        name: invariant.name.clone(),
-        passed: invariant.figure <= max,
-        figure: invariant.figure as f64,
-        threshold: max as f64,
-        unit: "count".to_owned(),
+    Verdict {
+        unit: booking_audit::COUNT.to_owned(),
         bound: AT_MOST.to_owned(),
-        detail: invariant.detail.clone(),
+        ..invariant.clone()
     }
+    .judged_against(max as f64)
 }
 
 /// `rush_rate`: the achieved rush rate against its floor.
-pub fn rush_rate(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResult {
+pub fn rush_rate(load: &LoadFigures, thresholds: &Thresholds) -> Verdict {
     at_least(
         RUSH_RATE,
         load.achieved_rate,
@@ -146,7 +91,7 @@ pub fn rush_rate(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResult
 
 /// `booking_p99_ms`: the booking transaction's p99 against its ceiling; a
 /// run that measured no booking fails it.
-pub fn booking_p99(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResult {
+pub fn booking_p99(load: &LoadFigures, thresholds: &Thresholds) -> Verdict {
     match load
         .transactions
         .iter()
@@ -162,7 +107,7 @@ pub fn booking_p99(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResu
                 t.count, t.p50_ms, t.p999_ms, t.max_ms
             ),
         ),
-        None => InvariantResult {
+        None => Verdict {
             passed: false,
             ..at_most(
                 BOOKING_P99,
@@ -177,7 +122,7 @@ pub fn booking_p99(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResu
 
 /// `queue_age_max_ms`: the oldest queued message seen, against its ceiling.
 /// (Only where the queue can be watched: a remote target's cannot.)
-pub fn queue_age(max_ms: u64, samples: u64, thresholds: &Thresholds) -> InvariantResult {
+pub fn queue_age(max_ms: u64, samples: u64, thresholds: &Thresholds) -> Verdict {
     at_most(
         QUEUE_AGE,
         max_ms as f64,
@@ -197,7 +142,7 @@ pub fn error_pct(requests: u64, server_errors: u64) -> f64 {
 }
 
 /// `server_error_pct`: 5xx and unanswered requests against their ceiling.
-pub fn server_errors(load: &LoadFigures, thresholds: &Thresholds) -> InvariantResult {
+pub fn server_errors(load: &LoadFigures, thresholds: &Thresholds) -> Verdict {
     at_most(
         SERVER_ERRORS,
         error_pct(load.requests, load.server_errors),
@@ -224,7 +169,7 @@ pub struct LevelPeak {
 /// `at_cap_when_demand_exceeded`: a level that turned candidates away must
 /// have been at its cap (a level refusing while below it stopped early).
 /// Figure: seats short of the cap at the peak, summed over those levels.
-pub fn at_cap_when_demand_exceeded(levels: &[LevelPeak]) -> InvariantResult {
+pub fn at_cap_when_demand_exceeded(levels: &[LevelPeak]) -> Verdict {
     let mut short = 0u64;
     let mut details = Vec::new();
     for l in levels.iter().filter(|l| l.turned_away > 0) {
@@ -257,7 +202,7 @@ pub fn at_cap_when_demand_exceeded(levels: &[LevelPeak]) -> InvariantResult {
 /// claimed: the system asks the gateway, never the browser). A late payer is
 /// told `expired`, a concurrent tab `processing`; `not_paid` after an
 /// approval means the seat was given up on the redirect's word.
-pub fn approved_payers_told_paid(told_not_paid: u64) -> InvariantResult {
+pub fn approved_payers_told_paid(told_not_paid: u64) -> Verdict {
     at_most(
         APPROVED_TOLD_PAID,
         told_not_paid as f64,
@@ -269,7 +214,7 @@ pub fn approved_payers_told_paid(told_not_paid: u64) -> InvariantResult {
 
 /// `never_above_cap_during_run`: no level ever counted more than its cap.
 /// Figure: seats over the cap at the peak, summed.
-pub fn never_above_cap(levels: &[LevelPeak]) -> InvariantResult {
+pub fn never_above_cap(levels: &[LevelPeak]) -> Verdict {
     let mut over = 0u64;
     let mut details = Vec::new();
     for l in levels.iter().filter(|l| l.peak > l.cap) {
@@ -292,7 +237,7 @@ pub struct Leftovers {
 
 /// `sale_settled`: the sale went quiet within the settle bound: no overdue
 /// hold left unreleased, the queue drained, the counters still.
-pub fn sale_settled(left: Leftovers, waited_ms: u64) -> InvariantResult {
+pub fn sale_settled(left: Leftovers, waited_ms: u64) -> Verdict {
     let figure = left.overdue_holds + left.queued + u64::from(!left.quiet);
     at_most(
         SETTLED,
@@ -408,20 +353,20 @@ mod tests {
 
     #[test]
     fn audit_invariants_are_judged_against_the_profile() {
-        let inv = Invariant {
-            name: "no_throttling".into(),
-            passed: false,
-            figure: 2,
-            threshold: 0,
-            detail: "2 writes".into(),
-        };
+        let inv = Verdict::at_most(
+            "no_throttling",
+            2.0,
+            0.0,
+            booking_audit::COUNT,
+            "2 writes".into(),
+        );
         let r = from_audit(&inv, &thresholds());
         assert!(!r.passed);
         assert_eq!((r.figure, r.threshold), (2.0, 0.0));
         let mut t = thresholds();
         t.audit.insert("no_throttling".into(), 2);
         assert!(from_audit(&inv, &t).passed);
-        let clean = Invariant { figure: 0, ..inv };
+        let clean = Verdict { figure: 0.0, ..inv };
         assert!(from_audit(&clean, &thresholds()).passed);
     }
 
@@ -491,7 +436,7 @@ mod tests {
     fn details_are_bounded() {
         let many: Vec<String> = (0..25).map(|i| format!("v{i}")).collect();
         let r = count_at_most("x", &many, 0);
-        assert!(r.detail.ends_with("… 15 more"), "{}", r.detail);
+        assert!(r.detail.ends_with("; and 15 more"), "{}", r.detail);
         assert_eq!(r.figure, 25.0);
     }
 }

@@ -134,8 +134,10 @@ pub struct AuditQuery {
     pub gateway: Option<String>,
 }
 
-/// Fetches `<base>/__mock/ledger`.
-pub async fn fetch_gateway_ledger(base: &str) -> Result<serde_json::Value, reqwest::Error> {
+/// Fetches `<base>/__mock/ledger`, typed.
+pub async fn fetch_gateway_ledger(
+    base: &str,
+) -> Result<booking_audit::GatewayTruth, reqwest::Error> {
     let url = format!("{}/__mock/ledger", base.trim_end_matches('/'));
     reqwest::Client::builder()
         .timeout(GATEWAY_LEDGER_TIMEOUT)

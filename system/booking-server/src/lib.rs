@@ -9,10 +9,14 @@
 //!   (worker, reconciler, expiry handler, TTL sweep, status refresh) on one
 //!   listener, until shutdown.
 //! - [`ops`]: reset, load-candidates, open, close, status, audit.
+//! - [`audit_snapshot`]: the audit's I/O half, the sale read from the ports
+//!   as a `booking_audit::SaleSnapshot` (the invariants are in
+//!   `booking-audit`).
 //! - [`admin`]: the `/ops/` HTTP routes over [`ops`].
 //! - [`cli`]: the `booking` binary's subcommands.
 
 pub mod admin;
+pub mod audit_snapshot;
 pub mod build;
 pub mod cli;
 pub mod config;
@@ -21,5 +25,5 @@ pub mod run;
 
 pub use build::{BuildError, Embedded, Provisioned, Server, build, build_sharing, provision};
 pub use config::{ServeArgs, ServerConfig, StackKind};
-pub use ops::{AuditReport, Invariant};
+pub use ops::{AuditReport, Verdict};
 pub use run::serve;
