@@ -586,13 +586,6 @@ pub struct Admissions {
     pub candidates: BTreeMap<String, BTreeSet<String>>,
 }
 
-/// The candidate hash of an invoice number `<sale>-<candidate hash>-<request ms>`.
-pub fn invoice_candidate(invoice: &str) -> Option<&str> {
-    let (rest, _ms) = invoice.rsplit_once('-')?;
-    let (_sale, candidate) = rest.rsplit_once('-')?;
-    Some(candidate)
-}
-
 /// The [`Admissions`] in the gateway's ledger; `None` when two levels share
 /// a price (an amount would not name one level).
 pub fn admissions(profile: &Profile, ledger: &GatewayTruth) -> Option<Admissions> {
@@ -611,11 +604,11 @@ pub fn admissions(profile: &Profile, ledger: &GatewayTruth) -> Option<Admissions
             continue;
         };
         *out.count.entry(level.clone()).or_default() += 1;
-        if let Some(c) = invoice_candidate(&p.merchant_invoice_number) {
+        if let Some((_, c, _)) = booking::parse_invoice(&p.merchant_invoice_number) {
             out.candidates
                 .entry(level.clone())
                 .or_default()
-                .insert(c.to_owned());
+                .insert(c.as_str().to_owned());
         }
     }
     Some(out)
@@ -748,25 +741,32 @@ mod tests {
     #[test]
     fn admissions_are_read_per_level_from_amounts_and_invoices() {
         let p = Profile::default();
+        let sale = booking::SaleId::parse("launch").unwrap();
+        let (a, b, c) = (
+            booking::CandidateHash::of("a"),
+            booking::CandidateHash::of("b"),
+            booking::CandidateHash::of("c"),
+        );
+        let inv = |c: &booking::CandidateHash, ms| booking::invoice_number(&sale, c, ms);
         let ledger = GatewayTruth::from_value(&json!({"payments": [
-            {"paymentID": "1", "amountPoisha": 500_000, "state": "Completed", "merchantInvoiceNumber": "launch-aaa-1"},
-            {"paymentID": "2", "amountPoisha": 500_000, "state": "Cancelled", "merchantInvoiceNumber": "launch-bbb-2"},
-            {"paymentID": "3", "amountPoisha": 50_000, "state": "Initiated", "merchantInvoiceNumber": "launch-aaa-3"},
-            {"paymentID": "4", "amountPoisha": 1, "state": "Initiated", "merchantInvoiceNumber": "launch-ccc-4"},
+            {"paymentID": "1", "amountPoisha": 500_000, "state": "Completed", "merchantInvoiceNumber": inv(&a, 1)},
+            {"paymentID": "2", "amountPoisha": 500_000, "state": "Cancelled", "merchantInvoiceNumber": inv(&b, 2)},
+            {"paymentID": "3", "amountPoisha": 50_000, "state": "Initiated", "merchantInvoiceNumber": inv(&a, 3)},
+            {"paymentID": "4", "amountPoisha": 1, "state": "Initiated", "merchantInvoiceNumber": inv(&c, 4)},
+            {"paymentID": "5", "amountPoisha": 500_000, "state": "Initiated", "merchantInvoiceNumber": "not-an-invoice"},
         ]}))
         .unwrap();
-        let a = admissions(&p, &ledger).unwrap();
-        assert_eq!(a.count.get("floor"), Some(&2));
-        assert_eq!(a.count.get("gallery"), Some(&1));
+        let got = admissions(&p, &ledger).unwrap();
+        assert_eq!(got.count.get("floor"), Some(&3), "a payment counts, its invoice or not");
+        assert_eq!(got.count.get("gallery"), Some(&1));
         assert_eq!(
-            a.candidates["floor"],
-            BTreeSet::from(["aaa".to_owned(), "bbb".to_owned()])
+            got.candidates["floor"],
+            BTreeSet::from([a.as_str().to_owned(), b.as_str().to_owned()]),
+            "an unreadable invoice names nobody"
         );
-        assert!(!a.count.contains_key("lower"));
+        assert!(!got.count.contains_key("lower"));
         let mut shared = Profile::default();
         shared.levels[1].price = shared.levels[0].price.clone();
         assert!(admissions(&shared, &ledger).is_none());
-        assert_eq!(invoice_candidate("my-sale-abc-17"), Some("abc"));
-        assert_eq!(invoice_candidate("nodash"), None);
     }
 }
