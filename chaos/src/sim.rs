@@ -533,7 +533,10 @@ impl Ctx {
             candidate,
         };
         let stack = self.stack_for(candidate);
-        match admission::book(stack, &events, candidate, level, deadline).await {
+        // boxed: 40,000 candidate tasks each carrying the whole request
+        // path's state inline cost more memory and copies than one
+        // allocation a request
+        match Box::pin(admission::book(stack, &events, candidate, level, deadline)).await {
             BookAnswer::Admitted { booking, .. } => Admitted::Held {
                 payment: booking.payment_id,
                 deadline_ms: booking.deadline_ms,
@@ -643,11 +646,11 @@ impl Ctx {
                 ..stack.clone()
             };
             let died_by = self.config.settings.request_deadline * 2;
-            tokio::time::timeout(died_by, callback::handle(&dying, &events, &query))
+            tokio::time::timeout(died_by, Box::pin(callback::handle(&dying, &events, &query)))
                 .await
                 .ok()
         } else {
-            Some(callback::handle(stack, &events, &query).await)
+            Some(Box::pin(callback::handle(stack, &events, &query)).await)
         };
         self.after_confirm(candidate, payment, &events).await;
         let Some(outcome) = outcome else {
@@ -681,7 +684,7 @@ impl Ctx {
             },
         );
         let events = SimConfirmEvents::default();
-        let outcome = webhook::handle(self.stack_for(candidate), &events, &ipn).await;
+        let outcome = Box::pin(webhook::handle(self.stack_for(candidate), &events, &ipn)).await;
         self.after_confirm(candidate, payment, &events).await;
         Self::record_confirm(op, ConfirmAnswer::of_notification(&outcome));
     }
@@ -758,31 +761,25 @@ impl Ctx {
                 self.sim_gateway.approve(payment);
                 false
             }
+            // the gateway sends the payer back with the status of what they
+            // did; a forging browser edits it to say success
             Behaviour::Cancel => {
                 tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                let cancelled = self.sim_gateway.cancel(payment);
-                if cancelled {
-                    // the gateway sends the payer back with status=cancel
-                    self.callback(candidate, payment, "cancel", false).await;
-                }
-                cancelled && coin(mix.rebook, rng)
+                self.leave_checkout(candidate, payment, SimGateway::cancel, "cancel")
+                    .await
+                    && coin(mix.rebook, rng)
             }
             Behaviour::Fail => {
                 tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                let failed = self.sim_gateway.fail(payment);
-                if failed {
-                    self.callback(candidate, payment, "failure", false).await;
-                }
-                failed && coin(mix.rebook, rng)
+                self.leave_checkout(candidate, payment, SimGateway::fail, "failure")
+                    .await
+                    && coin(mix.rebook, rng)
             }
             Behaviour::CancelForgeSuccess => {
                 tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                let cancelled = self.sim_gateway.cancel(payment);
-                if cancelled {
-                    // the browser's redirect edited to say success
-                    self.callback(candidate, payment, "success", false).await;
-                }
-                cancelled && coin(mix.rebook, rng)
+                self.leave_checkout(candidate, payment, SimGateway::cancel, "success")
+                    .await
+                    && coin(mix.rebook, rng)
             }
             Behaviour::PayForgeCancel => {
                 tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
@@ -806,6 +803,22 @@ impl Ctx {
                 false
             }
         }
+    }
+
+    /// The payer cancels or fails the payment at the gateway (`act`), then
+    /// comes back with a redirect claiming `status`; whether `act` took.
+    async fn leave_checkout(
+        &self,
+        candidate: &CandidateHash,
+        payment: &PaymentId,
+        act: fn(&SimGateway, &PaymentId) -> bool,
+        status: &str,
+    ) -> bool {
+        let done = act(&self.sim_gateway, payment);
+        if done {
+            self.callback(candidate, payment, status, false).await;
+        }
+        done
     }
 
     /// What payers were told: `approved_payers_told_paid` (what the gateway

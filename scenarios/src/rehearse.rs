@@ -757,7 +757,11 @@ mod tests {
         ]}))
         .unwrap();
         let got = admissions(&p, &ledger).unwrap();
-        assert_eq!(got.count.get("floor"), Some(&3), "a payment counts, its invoice or not");
+        assert_eq!(
+            got.count.get("floor"),
+            Some(&3),
+            "a payment counts, its invoice or not"
+        );
         assert_eq!(got.count.get("gallery"), Some(&1));
         assert_eq!(
             got.candidates["floor"],
