@@ -32,7 +32,7 @@
 //!   expired records a sweep window late.
 //!
 //! The backends sit behind the chaos wrappers ([`crate::wrappers`]), so a
-//! [`Schedule`]'s faults apply; a recording layer writes the [`History`] the
+//! [`crate::schedule::Schedule`]'s faults apply; a recording layer writes the [`History`] the
 //! checkers read. When the sale is quiescent (no request or payer left, the
 //! queue empty, no HELD record, no seat held in the ledger) and stays so for
 //! a hold and a sweep window, the services stop and the invariants are
@@ -41,8 +41,15 @@
 //! not a hang.
 
 pub mod checks;
+mod config;
+mod payers;
 pub mod plan;
 pub mod ports;
+mod report;
+
+use config::validate;
+pub use config::{ARTICLE_CANDIDATES, ARTICLE_CAPS, EPOCH_MS, SimConfig};
+pub use report::{SimError, SimReport};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,7 +63,7 @@ use booking::notify::{Alerts, Mailer};
 use booking::queue::Queue;
 use booking::records::{ChangeStream, RecordStatus, RecordStore};
 use booking::status::{StatusDocument, StatusWriter};
-use booking::{Bugs, CandidateHash, Clock, Coordination, Level, PaymentId, SaleId};
+use booking::{CandidateHash, Clock, Coordination, Level, PaymentId, SaleId};
 use booking::{Entropy, SeededEntropy};
 use booking_bkash::{TokenConfig, TokenManager};
 use booking_embedded::coordination::EmbeddedCoordination;
@@ -75,7 +82,6 @@ use booking_service::worker::{Worker, WorkerConfig};
 use parking_lot::Mutex;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -83,228 +89,17 @@ use crate::history::{
     EmailSent, FinalState, History, LevelFinal, OpKind, OpValue, PaidBooking, check_all,
 };
 use crate::injector::{Injector, TokioClock};
-use crate::schedule::Schedule;
 use crate::wrappers::{
     FaultyAlerts, FaultyCoordination, FaultyGateway, FaultyLedger, FaultyMailer, FaultyQueue,
     FaultyRecords, SkewedClock,
 };
 use booking_audit::{SaleSnapshot, Verdict};
 use checks::invariants;
-use plan::{Behaviour, LoadShape, PayerMix, coin, plan_arrivals, rng_for};
+use plan::{Behaviour, coin, plan_arrivals, rng_for};
 use ports::{
     DiesAfterExecute, RecordingLedger, RecordingMailer, SimGateway, SimTokenEndpoint,
     TokenedGateway, TrackingQueue, process_of,
 };
-
-/// The epoch the virtual clock starts at (ms).
-pub const EPOCH_MS: u64 = 1_800_000_000_000;
-
-/// The article's seats: six levels summing to 20,700.
-pub const ARTICLE_CAPS: [u32; 6] = [6_000, 5_000, 4_000, 3_000, 1_700, 1_000];
-
-/// The article's candidates.
-pub const ARTICLE_CANDIDATES: usize = 40_000;
-
-/// One simulated sale.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SimConfig {
-    /// The seed: arrivals, payers, fault coins.
-    pub seed: u64,
-    /// The admissions' shape.
-    pub load: LoadShape,
-    /// Seats per level (level `i` is named `level-{i+1}`).
-    pub caps: Vec<u32>,
-    /// How payers behave.
-    pub payers: PayerMix,
-    /// The faults.
-    pub schedule: Schedule,
-    /// The bug zoo's switches (none: production).
-    pub bugs: Bugs,
-    /// The system's numbers (the article's by default: 10-minute holds,
-    /// 20-second sweeps).
-    pub settings: Settings,
-    /// Worker instances.
-    pub workers: usize,
-    /// Reconciler instances (one leads; the others wait for the lock).
-    pub reconcilers: usize,
-    /// API instances, each with its own status writer (`sim-api-{i}`, the
-    /// name faults' `instances` use) poked after every admission and undo.
-    pub api_instances: usize,
-    /// How often the TTL service deletes what expired a sweep window ago.
-    pub ttl_every: Duration,
-    /// How long the gateway's token grant and refresh calls take to answer.
-    /// Every API instance takes the fleet's token through its own
-    /// `TokenManager` before each payment call, so the burst's first
-    /// requests on every instance wait for the first grant.
-    #[serde(default = "default_grant_latency")]
-    pub grant_latency: Duration,
-    /// A sale not quiescent after this much virtual time fails.
-    pub virtual_limit: Duration,
-}
-
-impl SimConfig {
-    /// The article's sale: 40,000 candidates, 20,700 seats over six levels,
-    /// 2,000 admissions/s for 25 s, then late arrivals over 20 minutes; no
-    /// faults, no bugs.
-    pub fn article(seed: u64) -> SimConfig {
-        SimConfig::scaled(seed, ARTICLE_CANDIDATES)
-    }
-
-    /// The article's sale with `candidates` candidates: seats, burst and
-    /// late arrivals scale with them (the rate stays 2,000/s).
-    pub fn scaled(seed: u64, candidates: usize) -> SimConfig {
-        let ratio = candidates as f64 / ARTICLE_CANDIDATES as f64;
-        let caps = ARTICLE_CAPS
-            .iter()
-            .map(|c| ((f64::from(*c) * ratio).round() as u32).max(1))
-            .collect();
-        SimConfig {
-            seed,
-            load: LoadShape {
-                candidates,
-                burst_requests: (candidates as f64 * 1.25).round() as usize,
-                burst_rate_per_s: 2_000,
-                late_share: 0.05,
-                late_window_ms: 20 * 60 * 1_000,
-                demand: vec![0.24, 0.2, 0.18, 0.16, 0.12, 0.1],
-            },
-            caps,
-            payers: PayerMix::default(),
-            schedule: Schedule::default(),
-            bugs: Bugs::none(),
-            settings: Settings::default(),
-            workers: 2,
-            reconcilers: 2,
-            api_instances: 2,
-            ttl_every: Duration::from_secs(10),
-            grant_latency: default_grant_latency(),
-            virtual_limit: Duration::from_secs(8 * 60 * 60),
-        }
-    }
-}
-
-fn default_grant_latency() -> Duration {
-    Duration::from_millis(300)
-}
-
-/// What a simulated sale did, and whether every check held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SimReport {
-    /// The seed.
-    pub seed: u64,
-    /// Virtual time from the opening to the end of the settle period, s.
-    pub virtual_secs: u64,
-    /// Wall time of the whole run, ms (the one figure that is not the seed's).
-    pub wall_ms: u64,
-    /// `POST /bookings` requests made (first tries, repeats, retries, rebooks).
-    pub requests: u64,
-    /// Admissions the ledger counted.
-    pub admitted: u64,
-    /// Admissions undone by their token (a step after the admission failed,
-    /// or the reconciler cleaned a stale pending one).
-    pub undone: u64,
-    /// PAID bookings at the end.
-    pub paid: u64,
-    /// Seats given back by payment-guarded releases (reconciler, safety net).
-    pub released: u64,
-    /// Holds the reconciler extended.
-    pub extended: u64,
-    /// Alerts raised.
-    pub alerts: u64,
-    /// Emails delivered.
-    pub emails: u64,
-    /// Messages the worker found already written (a redelivery after a
-    /// failed delete, or a duplicate send).
-    pub redelivered: u64,
-    /// Messages in the dead-letter queue.
-    pub dead_letters: u64,
-    /// Injected faults that fired.
-    pub faults_fired: u64,
-    /// Each fault of the schedule: calls it saw, firings, resets that
-    /// reached the backend, delay added.
-    #[serde(default)]
-    pub faults: Vec<crate::injector::FaultCount>,
-    /// Every check: the invariants, then the history's checkers.
-    pub checks: Vec<Verdict>,
-    /// Whether every check passed.
-    pub passed: bool,
-}
-
-impl SimReport {
-    /// The names of the checks that failed.
-    pub fn failed(&self) -> Vec<&str> {
-        self.checks
-            .iter()
-            .filter(|c| !c.passed)
-            .map(|c| c.name.as_str())
-            .collect()
-    }
-
-    /// The check called `name`.
-    pub fn check(&self, name: &str) -> Option<&Verdict> {
-        self.checks.iter().find(|c| c.name == name)
-    }
-
-    /// Whether `other` is the same sale: every figure but the wall time,
-    /// each fault's counts (a skewed clock's reads included) and every
-    /// check's figure and detail.
-    pub fn same_sale(&self, other: &SimReport) -> bool {
-        SimReport {
-            wall_ms: other.wall_ms,
-            ..self.clone()
-        } == *other
-    }
-
-    /// One line: the figures and the failed checks.
-    pub fn summary(&self) -> String {
-        format!(
-            "seed {}: {} virtual s in {} ms wall; {} requests, {} admitted, {} undone, \
-             {} paid, {} released, {} extended, {} alerts, {} emails, {} redelivered, \
-             {} dead letters, {} faults fired; {}",
-            self.seed,
-            self.virtual_secs,
-            self.wall_ms,
-            self.requests,
-            self.admitted,
-            self.undone,
-            self.paid,
-            self.released,
-            self.extended,
-            self.alerts,
-            self.emails,
-            self.redelivered,
-            self.dead_letters,
-            self.faults_fired,
-            if self.passed {
-                "every check passed".to_owned()
-            } else {
-                format!("FAILED {}", self.failed().join(", "))
-            }
-        )
-    }
-}
-
-/// Why a simulation could not give a report.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    /// The configuration cannot describe a sale.
-    #[error("invalid simulation: {0}")]
-    Invalid(String),
-    /// The runtime could not be built.
-    #[error("runtime: {0}")]
-    Runtime(#[from] std::io::Error),
-    /// A backend refused to set the sale up.
-    #[error("setting the sale up: {0}")]
-    Setup(String),
-    /// The sale did not reach quiescence within the virtual-time limit.
-    #[error("no quiescence after {virtual_secs} virtual s: {waiting_on}")]
-    NoQuiescence {
-        /// Virtual time spent.
-        virtual_secs: u64,
-        /// What was still going on.
-        waiting_on: String,
-    },
-}
 
 /// Runs one sale on its own paused current-thread runtime.
 pub fn run(config: &SimConfig) -> Result<SimReport, SimError> {
@@ -318,29 +113,6 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimError> {
     drop(runtime);
     report.wall_ms = wall.elapsed().as_millis() as u64;
     Ok(report)
-}
-
-fn validate(config: &SimConfig) -> Result<(), SimError> {
-    let bad = |why: &str| Err(SimError::Invalid(why.to_owned()));
-    if config.caps.is_empty() {
-        return bad("no level");
-    }
-    if config.load.demand.len() != config.caps.len() {
-        return bad("one demand weight per level");
-    }
-    if config.load.candidates == 0 {
-        return bad("no candidate");
-    }
-    if config.workers == 0 || config.reconcilers == 0 {
-        return bad("at least one worker and one reconciler");
-    }
-    if config.ttl_every.is_zero() || config.settings.sweep_interval.is_zero() {
-        return bad("zero intervals");
-    }
-    config
-        .schedule
-        .validate()
-        .map_err(|e| SimError::Invalid(e.to_string()))
 }
 
 /// Everything the sale's tasks share.
@@ -438,63 +210,6 @@ impl PathEvents for SimEvents<'_> {
     }
 }
 
-/// A confirm path's answer, as the history records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ConfirmAnswer {
-    /// The booking is PAID with the payment.
-    Paid,
-    /// Certainly not marked paid by this call (the reason).
-    Refused(&'static str),
-    /// Not known; the reconciler decides.
-    Unknown,
-}
-
-impl ConfirmAnswer {
-    fn of_callback(outcome: CallbackOutcome) -> ConfirmAnswer {
-        match outcome {
-            CallbackOutcome::Paid => ConfirmAnswer::Paid,
-            CallbackOutcome::NotPaid
-            | CallbackOutcome::NeedsAttention
-            | CallbackOutcome::Expired
-            | CallbackOutcome::Forbidden
-            | CallbackOutcome::Unknown => ConfirmAnswer::Refused(outcome.name()),
-            CallbackOutcome::Processing
-            | CallbackOutcome::Pending
-            | CallbackOutcome::Unavailable => ConfirmAnswer::Unknown,
-        }
-    }
-
-    fn of_notification(outcome: &NotificationOutcome) -> ConfirmAnswer {
-        match outcome {
-            NotificationOutcome::MarkedPaid | NotificationOutcome::AlreadyPaid => {
-                ConfirmAnswer::Paid
-            }
-            NotificationOutcome::Unreadable
-            | NotificationOutcome::UnknownBooking
-            | NotificationOutcome::Mismatch(_)
-            | NotificationOutcome::NotOurs => ConfirmAnswer::Refused(outcome.name()),
-            NotificationOutcome::NotConfirmed(_) | NotificationOutcome::Uncertain(_) => {
-                ConfirmAnswer::Unknown
-            }
-        }
-    }
-}
-
-/// What the sim hears from the confirm step: the records a refused
-/// HELD→PAID found in its way.
-#[derive(Debug, Default)]
-struct SimConfirmEvents {
-    found: Mutex<Vec<booking::records::BookingRecord>>,
-}
-
-impl ConfirmEvents for SimConfirmEvents {
-    fn not_held(&self, _payment: &PaymentId, current: Option<&booking::records::BookingRecord>) {
-        if let Some(record) = current {
-            self.found.lock().push(record.clone());
-        }
-    }
-}
-
 impl Ctx {
     fn now(&self) -> u64 {
         self.clock.now_ms()
@@ -547,288 +262,6 @@ impl Ctx {
             BookAnswer::Refused(_) => Admitted::Refused,
             BookAnswer::Busy { .. } => Admitted::Busy,
         }
-    }
-
-    /// Records a confirm path's answer in the history: the booking is PAID
-    /// (`ok paid`), it certainly is not this payment's to mark (`ok refused`),
-    /// or nobody knows yet (`unknown`: left to the reconciler).
-    fn record_confirm(op: crate::history::OpHandle, answer: ConfirmAnswer) {
-        match answer {
-            ConfirmAnswer::Paid => op.ok(OpValue::Paid),
-            ConfirmAnswer::Refused(reason) => op.ok(OpValue::Refused {
-                reason: reason.into(),
-            }),
-            ConfirmAnswer::Unknown => op.unknown(),
-        }
-    }
-
-    /// What the confirm step heard while `payment` was confirmed: a refused
-    /// HELD→PAID that found another payment's HELD record (a shadowed
-    /// booking; see [`Ctx::note_shadowed`]).
-    async fn after_confirm(
-        &self,
-        candidate: &CandidateHash,
-        payment: &PaymentId,
-        events: &SimConfirmEvents,
-    ) {
-        let found = std::mem::take(&mut *events.found.lock());
-        for record in found {
-            self.note_shadowed(candidate, payment, &record).await;
-        }
-    }
-
-    /// A refused HELD→PAID of `payment` found `record`: if that is another
-    /// payment's HELD record while the ledger's hold is this payment's
-    /// (held, or paid since by the fast payer's write, which repairs it),
-    /// and the worker has finished this booking's message, the worker left a
-    /// stale record in the live booking's place.
-    async fn note_shadowed(
-        &self,
-        candidate: &CandidateHash,
-        payment: &PaymentId,
-        record: &booking::records::BookingRecord,
-    ) {
-        if record.status != RecordStatus::Held || record.payment_id == *payment {
-            return;
-        }
-        if !self.tracking.handled(payment) {
-            return;
-        }
-        let held = matches!(
-            self.raw_ledger.hold(&self.sale, candidate).await,
-            Ok(Some(booking::ledger::Hold {
-                state: booking::ledger::HoldState::Held { payment_id, .. },
-                ..
-            })) if payment_id == *payment
-        );
-        let paid = matches!(
-            self.raw_ledger.paid(&self.sale, candidate).await,
-            Ok(Some(p)) if p == *payment
-        );
-        if held || paid {
-            self.shadowed.lock().push(format!(
-                "{payment}: live and handled, record HELD with {}",
-                record.payment_id
-            ));
-        }
-    }
-
-    /// The payer's redirect back from the checkout, claiming `status`, with
-    /// the signature the gateway gave the payment: the API's own callback
-    /// ([`booking_service::callback::handle`]) over the stack of the
-    /// candidate's API instance. With
-    /// `crash` the instance dies right after its execute call.
-    async fn callback(
-        &self,
-        candidate: &CandidateHash,
-        payment: &PaymentId,
-        status: &str,
-        crash: bool,
-    ) -> Option<CallbackOutcome> {
-        let query = CallbackQuery {
-            payment_id: Some(payment.as_str().to_owned()),
-            status: Some(status.to_owned()),
-            signature: self.sim_gateway.signature(payment),
-        };
-        let approved = self.sim_gateway.executable(payment);
-        let op = self.history.invoke(
-            process_of(candidate),
-            OpKind::Confirm {
-                candidate: candidate.clone(),
-                payment: payment.clone(),
-            },
-        );
-        let events = SimConfirmEvents::default();
-        let stack = self.stack_for(candidate);
-        let outcome = if crash {
-            let dying = Stack {
-                gateway: Arc::new(DiesAfterExecute(stack.gateway.clone())),
-                ..stack.clone()
-            };
-            let died_by = self.config.settings.request_deadline * 2;
-            tokio::time::timeout(died_by, Box::pin(callback::handle(&dying, &events, &query)))
-                .await
-                .ok()
-        } else {
-            Some(Box::pin(callback::handle(stack, &events, &query)).await)
-        };
-        self.after_confirm(candidate, payment, &events).await;
-        let Some(outcome) = outcome else {
-            // the instance died: nobody heard the answer
-            op.unknown();
-            return None;
-        };
-        Self::record_confirm(op, ConfirmAnswer::of_callback(outcome));
-        if outcome == CallbackOutcome::NotPaid && approved && self.sim_gateway.executable(payment) {
-            self.told_not_paid.lock().push(format!(
-                "{payment}: approved, redirect ({status}) answered not_paid, never executed"
-            ));
-        }
-        Some(outcome)
-    }
-
-    /// The gateway's webhook for a completed payment: its IPN, as SNS
-    /// delivers it, through the API's own decision
-    /// ([`booking_service::webhook::handle`]; the SNS signature is the
-    /// API's, outside the sim). Delivered once: the API answers every
-    /// signed notification 200, so SNS does not deliver it again.
-    async fn webhook(&self, candidate: &CandidateHash, payment: &PaymentId) {
-        let Some(ipn) = self.sim_gateway.ipn(payment) else {
-            return;
-        };
-        let op = self.history.invoke(
-            process_of(candidate),
-            OpKind::Confirm {
-                candidate: candidate.clone(),
-                payment: payment.clone(),
-            },
-        );
-        let events = SimConfirmEvents::default();
-        let outcome = Box::pin(webhook::handle(self.stack_for(candidate), &events, &ipn)).await;
-        self.after_confirm(candidate, payment, &events).await;
-        Self::record_confirm(op, ConfirmAnswer::of_notification(&outcome));
-    }
-
-    /// The payer pays: approves at the gateway, then the redirect back
-    /// (claiming `status`) and the webhook.
-    async fn pay(
-        &self,
-        candidate: &CandidateHash,
-        payment: &PaymentId,
-        status: &str,
-        rng: &mut ChaCha8Rng,
-    ) {
-        if !self.sim_gateway.approve(payment) {
-            return;
-        }
-        let mix = &self.config.payers;
-        let crash = coin(mix.callback_crash, rng);
-        let lost = coin(mix.webhook_lost, rng);
-        let twice = coin(mix.webhook_twice, rng);
-        let together = coin(mix.webhook_with_callback, rng);
-        let delay = uniform_ms(rng, Duration::ZERO, Duration::from_secs(5));
-        if together {
-            tokio::join!(
-                self.callback(candidate, payment, status, crash),
-                self.webhook(candidate, payment)
-            );
-            return;
-        }
-        self.callback(candidate, payment, status, crash).await;
-        if lost {
-            return;
-        }
-        tokio::time::sleep(delay).await;
-        if twice {
-            tokio::join!(
-                self.webhook(candidate, payment),
-                self.webhook(candidate, payment)
-            );
-        } else {
-            self.webhook(candidate, payment).await;
-        }
-    }
-
-    /// What the payer does once admitted; whether they book again.
-    async fn payer(
-        &self,
-        candidate: &CandidateHash,
-        payment: &PaymentId,
-        deadline_ms: u64,
-        rng: &mut ChaCha8Rng,
-    ) -> bool {
-        let mix = &self.config.payers;
-        let hold = self.config.settings.hold;
-        let soon = (Duration::from_secs(15), Duration::from_secs(180).min(hold));
-        let left_at = |now: u64| Duration::from_millis(deadline_ms.saturating_sub(now));
-        match mix.draw(rng) {
-            Behaviour::PayNow => {
-                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.pay(candidate, payment, "success", rng).await;
-                false
-            }
-            Behaviour::PayLate => {
-                let left = left_at(self.now());
-                let lo = left.saturating_sub(Duration::from_secs(90));
-                let hi = left.saturating_sub(Duration::from_secs(1));
-                tokio::time::sleep(uniform_ms(rng, lo, hi)).await;
-                self.pay(candidate, payment, "success", rng).await;
-                false
-            }
-            Behaviour::Abandon => false,
-            Behaviour::ApproveOnly => {
-                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.sim_gateway.approve(payment);
-                false
-            }
-            // the gateway sends the payer back with the status of what they
-            // did; a forging browser edits it to say success
-            Behaviour::Cancel => {
-                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.leave_checkout(candidate, payment, SimGateway::cancel, "cancel")
-                    .await
-                    && coin(mix.rebook, rng)
-            }
-            Behaviour::Fail => {
-                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.leave_checkout(candidate, payment, SimGateway::fail, "failure")
-                    .await
-                    && coin(mix.rebook, rng)
-            }
-            Behaviour::CancelForgeSuccess => {
-                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.leave_checkout(candidate, payment, SimGateway::cancel, "success")
-                    .await
-                    && coin(mix.rebook, rng)
-            }
-            Behaviour::PayForgeCancel => {
-                tokio::time::sleep(uniform_ms(rng, soon.0, soon.1)).await;
-                self.pay(candidate, payment, "cancel", rng).await;
-                false
-            }
-            Behaviour::PayAfterDeadline => {
-                // approves in the hold's last ninety seconds, the redirect
-                // comes back up to half a minute after the deadline
-                let left = left_at(self.now());
-                let lo = left.saturating_sub(Duration::from_secs(90));
-                let hi = left.saturating_sub(Duration::from_secs(1));
-                tokio::time::sleep(uniform_ms(rng, lo, hi)).await;
-                if !self.sim_gateway.approve(payment) {
-                    return false;
-                }
-                let late = uniform_ms(rng, Duration::from_secs(1), Duration::from_secs(30));
-                tokio::time::sleep(left_at(self.now()) + late).await;
-                self.callback(candidate, payment, "success", false).await;
-                self.webhook(candidate, payment).await;
-                false
-            }
-        }
-    }
-
-    /// The payer cancels or fails the payment at the gateway (`act`), then
-    /// comes back with a redirect claiming `status`; whether `act` took.
-    async fn leave_checkout(
-        &self,
-        candidate: &CandidateHash,
-        payment: &PaymentId,
-        act: fn(&SimGateway, &PaymentId) -> bool,
-        status: &str,
-    ) -> bool {
-        let done = act(&self.sim_gateway, payment);
-        if done {
-            self.callback(candidate, payment, status, false).await;
-        }
-        done
-    }
-
-    /// What payers were told: `approved_payers_told_paid` (what the gateway
-    /// did is the audit's, in [`checks::invariants`]).
-    fn payer_checks(&self) -> Vec<Verdict> {
-        vec![checks::verdict(
-            "approved_payers_told_paid",
-            "approved payers' redirects answered not_paid".to_owned(),
-            self.told_not_paid.lock().clone(),
-        )]
     }
 
     /// One arrival: the candidate's requests (another level when full, again
