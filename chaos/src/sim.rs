@@ -143,9 +143,6 @@ struct Ctx {
     /// Payers who had approved the payment and whose redirect was answered
     /// not paid, with nothing executed.
     told_not_paid: Mutex<Vec<String>>,
-    /// The sale's ports as the first API instance sees them (its gateway
-    /// takes that instance's token); [`Ctx::stack_for`] is a candidate's.
-    stack: Stack,
     /// Each simulated API instance's ports (`sim-api-{i}`): the same
     /// backends, each its own gateway with its own `TokenManager`.
     stacks: Vec<Stack>,
@@ -233,8 +230,9 @@ impl Ctx {
     /// The ports of the API instance serving `candidate`: the one whose
     /// status writer [`Ctx::poke`] pokes.
     fn stack_for(&self, candidate: &CandidateHash) -> &Stack {
-        let i = (process_of(candidate) % self.stacks.len().max(1) as u64) as usize;
-        self.stacks.get(i).unwrap_or(&self.stack)
+        // at least one: `simulate` builds `api_instances.max(1)` of them
+        let i = (process_of(candidate) % self.stacks.len() as u64) as usize;
+        &self.stacks[i]
     }
 
     /// `POST /bookings`: the API's own request path
@@ -633,9 +631,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
             }
         })
         .collect();
-    let stack = stacks.first().cloned().unwrap_or(stack);
     let ctx = Arc::new(Ctx {
-        stack,
         stacks: stacks.clone(),
         config: config.clone(),
         sale: sale.clone(),

@@ -63,6 +63,14 @@ impl ConfirmEvents for SimConfirmEvents {
     }
 }
 
+/// How long to wait, of `left` until the deadline, to act at a moment drawn
+/// in the hold's last ninety seconds (and at least a second before it ends).
+fn last_ninety_seconds(left: Duration, rng: &mut ChaCha8Rng) -> Duration {
+    let lo = left.saturating_sub(Duration::from_secs(90));
+    let hi = left.saturating_sub(Duration::from_secs(1));
+    uniform_ms(rng, lo, hi)
+}
+
 impl Ctx {
     /// Records a confirm path's answer in the history: the booking is PAID
     /// (`ok paid`), it certainly is not this payment's to mark (`ok refused`),
@@ -263,10 +271,7 @@ impl Ctx {
                 false
             }
             Behaviour::PayLate => {
-                let left = left_at(self.now());
-                let lo = left.saturating_sub(Duration::from_secs(90));
-                let hi = left.saturating_sub(Duration::from_secs(1));
-                tokio::time::sleep(uniform_ms(rng, lo, hi)).await;
+                tokio::time::sleep(last_ninety_seconds(left_at(self.now()), rng)).await;
                 self.pay(candidate, payment, "success", rng).await;
                 false
             }
@@ -304,10 +309,7 @@ impl Ctx {
             Behaviour::PayAfterDeadline => {
                 // approves in the hold's last ninety seconds, the redirect
                 // comes back up to half a minute after the deadline
-                let left = left_at(self.now());
-                let lo = left.saturating_sub(Duration::from_secs(90));
-                let hi = left.saturating_sub(Duration::from_secs(1));
-                tokio::time::sleep(uniform_ms(rng, lo, hi)).await;
+                tokio::time::sleep(last_ninety_seconds(left_at(self.now()), rng)).await;
                 if !self.sim_gateway.approve(payment) {
                     return false;
                 }

@@ -73,19 +73,19 @@ pub struct StoredCopy {
     pub redirect_url: Option<String>,
 }
 
-/// The booking copy of `payment` (what [`book`] kept at
-/// `keys::booking_copy`), if one is kept. A copy that does not parse, or
-/// names another payment or sale, is treated as absent (and logged).
-pub async fn load_copy(
+/// What [`book`] kept at `keys::booking_copy` for `payment`, if anything. A
+/// copy that does not parse, or names another payment or sale, is treated as
+/// absent (and logged).
+pub async fn load_stored(
     stack: &Stack,
     payment: &PaymentId,
-) -> Result<Option<AdmittedBooking>, booking::CoordinationError> {
+) -> Result<Option<StoredCopy>, booking::CoordinationError> {
     let key = keys::booking_copy(&stack.prefix, &stack.sale, payment);
     let Some(raw) = stack.coordination.get(&key).await? else {
         return Ok(None);
     };
-    match serde_json::from_str::<StoredCopy>(&raw).map(|c| c.booking) {
-        Ok(copy) if copy.payment_id == *payment && copy.sale == stack.sale => Ok(Some(copy)),
+    match serde_json::from_str::<StoredCopy>(&raw) {
+        Ok(c) if c.booking.payment_id == *payment && c.booking.sale == stack.sale => Ok(Some(c)),
         Ok(_) => {
             tracing::error!(%payment, "booking copy names another payment or sale; ignored");
             Ok(None)
@@ -95,6 +95,14 @@ pub async fn load_copy(
             Ok(None)
         }
     }
+}
+
+/// The booking copy of `payment`: the admission of [`load_stored`].
+pub async fn load_copy(
+    stack: &Stack,
+    payment: &PaymentId,
+) -> Result<Option<AdmittedBooking>, booking::CoordinationError> {
+    Ok(load_stored(stack, payment).await?.map(|c| c.booking))
 }
 
 /// A live hold, as the answer shows it.
@@ -496,15 +504,12 @@ impl Request<'_> {
                         payment_id,
                         deadline_ms,
                     } => {
-                        let key =
-                            keys::booking_copy(&self.stack.prefix, &self.stack.sale, &payment_id);
-                        let redirect_url = match self.timed(self.stack.coordination.get(&key)).await
-                        {
-                            Some(Ok(Some(json))) => serde_json::from_str::<StoredCopy>(&json)
-                                .ok()
-                                .and_then(|c| c.redirect_url),
-                            _ => None,
-                        };
+                        // the payer goes back to the same checkout page
+                        let redirect_url =
+                            match self.timed(load_stored(self.stack, &payment_id)).await {
+                                Some(Ok(Some(c))) => c.redirect_url,
+                                _ => None,
+                            };
                         Some(HeldSeat {
                             level: hold.level.clone(),
                             payment_id,

@@ -344,6 +344,13 @@ impl Relation {
             })
         };
         let d = |name: &str, v: Duration| format!("{name} ({v:?})");
+        let at_least_one = |name: &str, v: u64| {
+            if v < 1 {
+                broken(format!("{name} ({v})"), ">=", "1".into())
+            } else {
+                Ok(())
+            }
+        };
         match self {
             Relation::TokenLockOutlivesGrant => {
                 let need = s.token_grant_deadline.saturating_add(TOKEN_LOCK_MARGIN);
@@ -422,34 +429,16 @@ impl Relation {
                 }
             }
             Relation::SweepConcurrencyPositive => {
-                if s.sweep_concurrency < 1 {
-                    return broken(
-                        format!("sweep_concurrency ({})", s.sweep_concurrency),
-                        ">=",
-                        "1".into(),
-                    );
-                }
+                return at_least_one("sweep_concurrency", s.sweep_concurrency as u64);
             }
             Relation::QueryFailuresPositive => {
-                if s.query_failures_before_extension < 1 {
-                    return broken(
-                        format!(
-                            "query_failures_before_extension ({})",
-                            s.query_failures_before_extension
-                        ),
-                        ">=",
-                        "1".into(),
-                    );
-                }
+                return at_least_one(
+                    "query_failures_before_extension",
+                    u64::from(s.query_failures_before_extension),
+                );
             }
             Relation::ReceivesPositive => {
-                if s.receives_max < 1 {
-                    return broken(
-                        format!("receives_max ({})", s.receives_max),
-                        ">=",
-                        "1".into(),
-                    );
-                }
+                return at_least_one("receives_max", u64::from(s.receives_max));
             }
             Relation::UndoReserveFitsRequest => {
                 let need = UNDO_RESERVE.saturating_mul(4);
