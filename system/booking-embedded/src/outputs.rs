@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use booking::PaymentId;
 use booking::clock::{Clock, SystemClock};
-use booking::notify::{Alert, Alerts, Confirmation, Mailer, NotifyError, StatusSink};
+use booking::notify::{
+    Alert, Alerts, Confirmation, Mailer, NotifyError, OutputLog, StatusSink, StatusWrite,
+};
 use parking_lot::Mutex;
 
 /// One overwrite of the document.
@@ -175,5 +177,41 @@ impl Alerts for AlertLog {
     async fn raise(&self, alert: Alert) -> Result<(), NotifyError> {
         self.alerts.lock().push(alert);
         Ok(())
+    }
+}
+
+/// The three embedded outputs read back together: the [`OutputLog`] of the
+/// embedded stack.
+#[derive(Debug, Clone)]
+pub struct EmbeddedOutputs {
+    /// The confirmation outbox.
+    pub mailer: Arc<OutboxMailer>,
+    /// The alert log.
+    pub alerts: Arc<AlertLog>,
+    /// The status document and its every write.
+    pub sink: Arc<ObjectSink>,
+}
+
+#[async_trait]
+impl OutputLog for EmbeddedOutputs {
+    async fn sent_mail(&self) -> Result<Vec<Confirmation>, NotifyError> {
+        Ok(self.mailer.sent())
+    }
+
+    async fn alerts_raised(&self) -> Result<Vec<Alert>, NotifyError> {
+        Ok(self.alerts.raised())
+    }
+
+    async fn status_writes(&self, since_ms: u64) -> Result<Vec<StatusWrite>, NotifyError> {
+        Ok(self
+            .sink
+            .writes()
+            .into_iter()
+            .filter(|w| w.at_ms >= since_ms)
+            .map(|w| StatusWrite {
+                at_ms: w.at_ms,
+                document: w.document,
+            })
+            .collect())
     }
 }

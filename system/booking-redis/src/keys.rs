@@ -37,6 +37,18 @@ impl KeyPrefix {
     }
 }
 
+/// `<prefix>:{sale:<sale-id>}:<name>`: a key of one sale, under the sale's
+/// hash tag. Every Redis adapter (ledger, records, queue, outputs) names its
+/// keys with this, so one script may touch any key of a sale on a Cluster.
+/// `name` must not contain braces (it would move the hash tag).
+pub fn sale_key(prefix: &KeyPrefix, sale: &SaleId, name: &str) -> String {
+    assert!(
+        !name.contains(['{', '}']),
+        "key name {name:?} would move the hash tag"
+    );
+    format!("{}:{{sale:{sale}}}:{name}", prefix.as_str())
+}
+
 /// The names of one sale's eight keys, in the order every ledger script takes
 /// them as `KEYS[1..8]`. `pending` orders pending holds by admission time,
 /// `held` orders held holds by deadline (both sorted sets).
@@ -52,7 +64,7 @@ pub(crate) struct SaleKeys([String; 8]);
 impl SaleKeys {
     pub(crate) fn new(prefix: &KeyPrefix, sale: &SaleId) -> SaleKeys {
         // SaleId refuses braces, so the tag is exactly `sale:<sale-id>`
-        SaleKeys(SALE_KEY_NAMES.map(|name| format!("{}:{{sale:{sale}}}:{name}", prefix.as_str())))
+        SaleKeys(SALE_KEY_NAMES.map(|name| sale_key(prefix, sale, name)))
     }
 
     /// All eight, in script order.

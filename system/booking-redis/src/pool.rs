@@ -19,10 +19,10 @@ use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisFutur
 pub const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// The pool.
-pub(crate) type Pool = managed::Pool<Manager>;
+pub type Pool = managed::Pool<Manager>;
 
 /// A pooled connection that remembers whether it failed.
-pub(crate) struct Connection {
+pub struct Connection {
     inner: MultiplexedConnection,
     /// Set when a command failed in a way that leaves the connection unusable
     /// (I/O, timeout, closed): the pool replaces it instead of reusing it.
@@ -73,13 +73,13 @@ impl ConnectionLike for Connection {
 }
 
 /// Opens and checks connections for the pool.
-pub(crate) struct Manager {
+pub struct Manager {
     client: Client,
     config: AsyncConnectionConfig,
 }
 
 impl Manager {
-    pub(crate) fn new(
+    pub fn new(
         url: &str,
         connect_max: Duration,
         response_max: Duration,
@@ -131,7 +131,7 @@ impl managed::Manager for Manager {
 /// once so each is a new one, then gives them back to the pool: a burst then
 /// finds them ready instead of paying a connect each. Returns how many are
 /// open in the pool now.
-pub(crate) async fn warm(pool: &Pool, n: usize) -> usize {
+pub async fn warm(pool: &Pool, n: usize) -> usize {
     let mut held = Vec::with_capacity(n.min(pool.status().max_size));
     while held.len() < n.min(pool.status().max_size) {
         match pool.get().await {
@@ -147,19 +147,22 @@ pub(crate) async fn warm(pool: &Pool, n: usize) -> usize {
 }
 
 /// Why a pool could not be built.
-#[derive(Debug)]
-pub(crate) enum PoolError {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
     /// A pool needs at least one connection.
+    #[error("a pool needs at least one connection")]
     Size,
     /// The URL is not a Redis URL.
+    #[error("not a Redis URL: {0}")]
     Url(String),
     /// deadpool refused the settings.
+    #[error("pool settings refused: {0}")]
     Build(String),
 }
 
 /// A pool of at most `pool_size` connections to `url`, with the crate's
 /// timeouts: what the ledger and the coordination backend both connect with.
-pub(crate) fn build(url: &str, pool_size: usize) -> Result<Pool, PoolError> {
+pub fn build(url: &str, pool_size: usize) -> Result<Pool, PoolError> {
     use crate::ledger::{CONNECT_MAX, POOL_WAIT_MAX, RECYCLE_MAX, RESPONSE_MAX};
     if pool_size == 0 {
         return Err(PoolError::Size);

@@ -31,7 +31,9 @@ pub use gateway::{
 };
 pub use ids::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
 pub use ledger::{Admission, Counters, Hold, HoldState, Ledger, LedgerError, Model, Step};
-pub use notify::{Alert, Alerts, Confirmation, Mailer, NotifyError, StatusSink};
+pub use notify::{
+    Alert, Alerts, Confirmation, Mailer, NotifyError, OutputLog, StatusSink, StatusWrite,
+};
 pub use queue::{Message, Queue, QueueDepth, QueueError, ReceiptHandle, Received, SendOutcome};
 pub use records::{
     BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,

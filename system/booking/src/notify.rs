@@ -61,6 +61,29 @@ pub struct Alert {
     pub payment_id: Option<PaymentId>,
 }
 
+/// One landed write of the status document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusWrite {
+    /// When it landed, ms since the epoch (the writer's clock).
+    pub at_ms: u64,
+    /// The whole document as written.
+    pub document: Vec<u8>,
+}
+
+/// The outputs read back, as the audit reads them: every confirmation sent
+/// (duplicates kept), every alert raised and every status write, in order,
+/// by every instance of the deployment, not only this one.
+#[async_trait]
+pub trait OutputLog: Send + Sync + std::fmt::Debug {
+    /// Every confirmation sent, in send order, duplicates included.
+    async fn sent_mail(&self) -> Result<Vec<Confirmation>, NotifyError>;
+    /// Every alert raised, oldest first.
+    async fn alerts_raised(&self) -> Result<Vec<Alert>, NotifyError>;
+    /// Every write of the status document landed at or after `since_ms`,
+    /// in landing order.
+    async fn status_writes(&self, since_ms: u64) -> Result<Vec<StatusWrite>, NotifyError>;
+}
+
 /// Raises alerts.
 #[async_trait]
 pub trait Alerts: Send + Sync + std::fmt::Debug {

@@ -1,0 +1,1 @@
+//! The outputs contract suite (being written).

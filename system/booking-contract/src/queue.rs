@@ -1,0 +1,1 @@
+//! The queue contract suite (being written).

@@ -1,0 +1,1 @@
+//! The records contract suite (being written).

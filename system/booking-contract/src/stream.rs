@@ -1,0 +1,1 @@
+//! The stream contract suite (being written).

@@ -1,0 +1,1 @@
+//! The booking system's outputs on Redis (being written).

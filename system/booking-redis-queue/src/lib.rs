@@ -1,0 +1,1 @@
+//! The booking system's queue on Redis (being written).

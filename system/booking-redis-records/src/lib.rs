@@ -1,0 +1,1 @@
+//! The booking system's records on Redis (being written).
