@@ -9,7 +9,11 @@
 //!   (partial batch failures, bisect on error, retries, max record age), pure;
 //! - [`mapping`]: [`EventSourceMapping`], that policy run locally over any
 //!   [`booking::ChangeStream`] with a [`BatchHandler`] and a
-//!   [`FailureDestination`] (the on-failure queue).
+//!   [`FailureDestination`] (the on-failure queue);
+//! - [`lease`]: [`LeasedMapping`], one mapping per handler for a whole fleet
+//!   with a durable checkpoint (the embedded and Redis stacks, where no
+//!   Lambda runs the handlers), and [`AlertDestination`], the on-failure
+//!   destination that raises an alert.
 //!
 //! In AWS, Lambda is the mapping and `booking-lambda` the functions; in a
 //! local run, [`EventSourceMapping`] invokes the same handlers in process.
@@ -17,9 +21,11 @@
 pub mod event;
 mod expiry;
 pub mod item;
+pub mod lease;
 pub mod mapping;
 pub mod policy;
 
+pub use lease::{AlertDestination, LeaseConfig, LeaseCounts, LeasedMapping};
 pub use mapping::{
     BatchFailure, BatchHandler, EventSourceMapping, FailureDestination, MappingCounts,
     MemoryDestination, Stepped,
