@@ -129,13 +129,17 @@ pub async fn assert_nothing_after(stream: &dyn ChangeStream, after: u64, wait: D
 }
 
 /// Expands to one `#[tokio::test]` per case of the records suite, in a
-/// module `records_contract`, each on a fresh fixture from `$make` (a path
-/// to an `async fn() -> impl RecordsFixture`, visible from the test file's
-/// root).
+/// module `records_contract` (or the one named after `as`, to run the suite
+/// on two fixtures in one file), each on a fresh fixture from `$make` (a
+/// path to an `async fn() -> impl RecordsFixture`, visible from the test
+/// file's root).
 #[macro_export]
 macro_rules! records_contract {
     ($make:path) => {
-        $crate::__contract_cases!(records_contract, records, $make;
+        $crate::records_contract!($make, as records_contract);
+    };
+    ($make:path, as $module:ident) => {
+        $crate::__contract_cases!($module, records, $make;
             a_second_put_if_absent_fails_and_reports_the_record_in_the_way,
             conditions_on_a_missing_record_fail_with_no_current,
             replace_is_conditioned_on_the_old_payment,
