@@ -19,37 +19,38 @@
 //!
 //! With `appendonly yes` and `appendfsync everysec` (Redis's default fsync
 //! policy for the append-only file), Redis writes every command to the file,
-//! into the kernel's page cache, before it answers, and asks the disk to
-//! keep it (`fsync`) once a second, in a background thread. A crash of the
+//! into the kernel's page cache, before it answers, and asks the disk to keep
+//! it (`fsync`) once a second, in a background thread. A crash of the
 //! `redis-server` process alone, with its host still up, therefore loses
 //! nothing acknowledged (the `redis.conf` shipped with Redis: at most "a
-//! single write if something wrong with the Redis process itself happens,
-//! but the operating system is still running correctly"), except while a
-//! slow disk stalls the fsync: Redis then postpones its writes for up to two
-//! seconds (`flushAppendOnlyFile` in `aof.c`), and those go with the
-//! process. A crash of the host (power loss, kernel panic, the VM or its
-//! disk gone) loses every write the last fsync did not cover: about the last
-//! second of acknowledged writes ("you may lose 1 second of data if there is
-//! a disaster", redis.io, Redis persistence), up to about two when the disk
+//! single write if something wrong with the Redis process itself happens, but
+//! the operating system is still running correctly"), except while a slow
+//! disk stalls the fsync: Redis then postpones its writes for up to two
+//! seconds (`flushAppendOnlyFile` in `aof.c`), and those go with the process.
+//! A crash of the host (power loss, kernel panic, the VM or its disk gone)
+//! loses every write the last fsync did not cover: about the last second of
+//! acknowledged writes ("you may lose 1 second of data if there is a
+//! disaster", redis.io, Redis persistence), up to about two when the disk
 //! stalls. Redis then comes back as the sale stood a second earlier, all of
-//! it at once (ledger, records, queue, change stream and output log replay
-//! from one file, in order, so they still agree with each other), while
-//! everything outside Redis kept that second: the gateway completed the
-//! payments executed in it, their payers were told "paid", their emails went
-//! out, and the back-office sync may have written their rows. The audit shows
-//! it: a booking that went PAID in the lost second is HELD again (or has no
-//! record) while its payment completed at the gateway, so
-//! `gateway_completed_have_paid_booking` fails and names each such payment
-//! ("`<payment>` of `<candidate>` completed, not PAID"), and
-//! `paid_in_back_office` names each row the sync had already written
-//! ("`<payment>`: in the back office, no PAID record"). Where the hold
-//! survived with its payment attached, the reconciler's next look at it asks
-//! the gateway, finds the payment completed and marks it PAID again (confirm
-//! path `reconciler`; its payer gets a second email, which the sent-mail
-//! log, having lost the first, does not show), and the checks turn green; a
-//! payment whose hold was lost too stays red until a human books or refunds
-//! it. `appendfsync always` fsyncs every write before Redis answers and
-//! loses none of this, at the cost of one fsync per write.
+//! it at once (on one server, ledger, records, queue, change stream and
+//! output log replay from one file, in order, so they still agree with each
+//! other: `ledger_matches_records` stays green), while everything outside
+//! Redis kept that second: the gateway completed the payments executed in it,
+//! their payers were told "paid", their emails went out, and the back-office
+//! sync may have written their rows. The audit shows it: a booking that went
+//! PAID in the lost second is HELD again (or has no record) while its payment
+//! completed at the gateway, so `gateway_completed_have_paid_booking` fails
+//! and names each such payment ("`<payment>` of `<candidate>` completed, not
+//! PAID"), and `paid_in_back_office` names each row the sync had already
+//! written ("`<payment>`: in the back office, no PAID record"). Where the
+//! hold survived with its payment attached, the reconciler takes it up when
+//! its deadline comes (within the 10-minute hold), asks the gateway, finds
+//! the payment completed and marks it PAID again (confirm path `reconciler`;
+//! its payer gets a second email, which the sent-mail log, having lost the
+//! first, does not show), and the checks turn green; a payment whose hold was
+//! lost too stays red until a human books or refunds it. `appendfsync always`
+//! fsyncs every write before Redis answers and loses none of this, at the
+//! cost of one fsync per write.
 
 use redis::{AsyncConnectionConfig, Client, RedisError};
 use serde::Serialize;
