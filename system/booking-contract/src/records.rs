@@ -61,6 +61,14 @@ pub trait RecordsFixture: Send + Sync {
     /// answers `Invalid`; the embedded and Redis streams keep every retained
     /// record readable from anywhere.
     fn rereads_behind(&self) -> bool;
+
+    /// Whether a write that changes nothing (a put of the very record there)
+    /// leaves no stream record, as DynamoDB does. The embedded and Redis
+    /// stores skip it; dynoxide, the local DynamoDB, writes a MODIFY whose
+    /// images are equal (harmless: every handler is idempotent).
+    fn skips_unchanged_writes(&self) -> bool {
+        true
+    }
 }
 
 /// The payment id `p`.
