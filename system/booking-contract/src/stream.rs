@@ -14,6 +14,10 @@
 //! Waits are in real time (tokio's clock): the cases wait at most a few
 //! seconds.
 
+// Test code, compiled into a library so each adapter runs it: a case
+// fails by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use booking::records::{
