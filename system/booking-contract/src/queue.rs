@@ -21,6 +21,9 @@
 //! capability set to `false`: the case then checks what the adapter does
 //! promise and says on stderr what it left out.
 
+// a test suite: a failed call or check is the test failing
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
