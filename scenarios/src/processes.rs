@@ -266,6 +266,7 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
+            .env("NO_COLOR", "1")
             .kill_on_drop(true);
         // the config file says everything: no SELLOUT_* of the caller's
         // environment overrides it
