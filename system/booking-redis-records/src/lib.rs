@@ -39,9 +39,11 @@
 //! - Redis does not throttle: [`RecordStore::throttles`] is always zero; an
 //!   overloaded server answers slowly, and a call past
 //!   [`booking_redis::ledger::RESPONSE_MAX`] is `Unavailable`.
-//! - `scan_all` and `held_due` read the index, then the records (two round
-//!   trips): each record is read consistently, and one written in between
-//!   is seen as it is now (`held_due` drops one no longer HELD and due).
+//! - `scan_all` and `held_due` read the index, then the records (a round
+//!   trip each, `scan_all` by pages of [`READ_BATCH_MAX`]): each record is
+//!   read consistently, but the scan is not one snapshot of the whole table
+//!   (neither is DynamoDB's paged Scan); a record written in between is seen
+//!   as it is now (`held_due` drops one no longer HELD and due).
 //! - The TTL service is [`RedisRecords::sweep_ttl`], run by the owner (the
 //!   server, under a leader lock): late by `ttl_delay_ms` at least, each
 //!   delete conditional, so two sweepers at once delete each record once.
@@ -610,18 +612,36 @@ impl RecordStore for RedisRecords {
         Ok(due)
     }
 
+    /// Pages through the candidates by name (`ZRANGEBYLEX` after the last
+    /// one seen, so a record deleted meanwhile shifts no page), reading each
+    /// page's records in one round trip.
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {
-        let candidates: Vec<String> = {
-            let mut conn = self.conn().await?;
-            redis::cmd("ZRANGE")
-                .arg(&self.keys.all)
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut *conn)
-                .await
-                .map_err(record_error)?
-        };
-        self.records_of(&candidates).await
+        let mut records = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page: Vec<String> = {
+                let mut conn = self.conn().await?;
+                redis::cmd("ZRANGEBYLEX")
+                    .arg(&self.keys.all)
+                    .arg(
+                        after
+                            .as_ref()
+                            .map_or_else(|| "-".to_owned(), |c| format!("({c}")),
+                    )
+                    .arg("+")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(READ_BATCH_MAX)
+                    .query_async(&mut *conn)
+                    .await
+                    .map_err(record_error)?
+            };
+            records.extend(self.records_of(&page).await?);
+            if page.len() < READ_BATCH_MAX {
+                return Ok(records);
+            }
+            after = page.last().cloned();
+        }
     }
 
     /// Always zero: Redis does not throttle (an overloaded server is slow,

@@ -466,3 +466,46 @@ async fn warm_opens_connections_up_to_the_pool_size() {
     assert_eq!(f.records.warm(4).await, 4);
     assert_eq!(f.records.warm(100).await, 8, "never more than the pool");
 }
+
+/// The audit's scan pages through more records than one page holds, in
+/// candidate order, none twice.
+#[tokio::test]
+async fn scan_all_pages_through_every_record() {
+    let f = fixture().await;
+    let n = booking_redis_records::READ_BATCH_MAX * 2 + 7;
+    for i in 0..n {
+        f.records
+            .put(
+                held(&format!("c{i}"), &format!("P{i}"), T0),
+                Condition::NotExists,
+            )
+            .await
+            .unwrap();
+    }
+    let scanned = f.records.scan_all().await.unwrap();
+    assert_eq!(scanned.len(), n);
+    assert!(
+        scanned.windows(2).all(|w| w[0].candidate < w[1].candidate),
+        "candidate order, no duplicates"
+    );
+}
+
+/// The defaults are the embedded store's: the same stream retention, no
+/// TTL delay, no bug.
+#[test]
+fn the_defaults_are_the_embedded_stores() {
+    let redis = RedisRecordsConfig::default();
+    let embedded = booking_embedded::records::RecordsConfig::default();
+    assert_eq!(
+        booking_redis_records::STREAM_RETAINED_MAX,
+        booking_embedded::records::STREAM_RETAINED_MAX
+    );
+    assert_eq!(
+        (redis.stream_retained_max, redis.ttl_delay_ms, redis.bugs),
+        (
+            embedded.stream_retained_max,
+            embedded.ttl_delay_ms,
+            embedded.bugs
+        )
+    );
+}

@@ -7,5 +7,9 @@ if cur == nil or cur.status ~= 'PAID' or cur.payment_id ~= payment or cur.email_
 end
 local new = copy(cur)
 new.email_sent = '1'
+local why = check(new)
+if why then
+  return invalid(why)
+end
 commit(cur, new, nil)
 return {'OK', cjson.encode(new)}

@@ -12,6 +12,10 @@ new.paid_ms = paid_ms
 new.paid_by = path
 if keep_ttl ~= '1' then
   new.expires_at_s = nil
+  local why = check(new)
+  if why then
+    return invalid(why)
+  end
 end
 commit(cur, new, nil)
 return {'OK', cjson.encode(new)}

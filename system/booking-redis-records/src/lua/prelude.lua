@@ -75,6 +75,38 @@ local function held_with(cur, payment)
   return cur ~= nil and cur.status == 'HELD' and cur.payment_id == payment
 end
 
+-- BookingRecord::check, over the stored attributes: why `r` breaks an
+-- invariant, nil if it keeps them all. Every update checks its result, as
+-- the embedded store does (the zoo's paid_keeps_ttl alone writes unchecked).
+local function check(r)
+  if r.status == 'PAID' then
+    if r.expires_at_s ~= nil then
+      return 'PAID record of ' .. r.candidate .. ' carries a TTL (' .. r.expires_at_s
+        .. '): it would be deleted'
+    end
+    if r.paid_ms == nil or r.paid_by == nil then
+      return 'PAID record of ' .. r.candidate .. ' without paid_ms/paid_by'
+    end
+  else
+    if r.expires_at_s == nil then
+      return 'HELD record of ' .. r.candidate .. ' without a TTL: no safety net'
+    end
+    if r.paid_ms ~= nil or r.paid_by ~= nil or r.email_sent == '1' then
+      return 'HELD record of ' .. r.candidate .. ' with payment details'
+    end
+  end
+  if tonumber(r.deadline_ms) < tonumber(r.created_ms) then
+    return 'record of ' .. r.candidate .. ': deadline ' .. r.deadline_ms .. ' before creation '
+      .. r.created_ms
+  end
+  return nil
+end
+
+-- The answer refusing a result that breaks an invariant (nothing written).
+local function invalid(why)
+  return redis.error_reply('INVALID ' .. why)
+end
+
 local function failed(cur)
   if cur == nil then
     return {'FAILED'}

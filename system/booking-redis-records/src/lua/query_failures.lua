@@ -11,5 +11,9 @@ if mode == 'note' then
 else
   new.query_failures = '0'
 end
+local why = check(new)
+if why then
+  return invalid(why)
+end
 commit(cur, new, nil)
 return {'OK', cjson.encode(new)}
