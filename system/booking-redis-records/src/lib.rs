@@ -44,6 +44,10 @@
 //!   read consistently, but the scan is not one snapshot of the whole table
 //!   (neither is DynamoDB's paged Scan); a record written in between is seen
 //!   as it is now (`held_due` drops one no longer HELD and due).
+//! - A stream entry's `at_ms` is the writing process's clock when it called
+//!   the script; its sequence is the server's order. Two processes whose
+//!   clocks disagree may write entries whose `at_ms` step back by the skew;
+//!   the sequences never do.
 //! - The TTL service is [`RedisRecords::sweep_ttl`], run by the owner (the
 //!   server, under a leader lock): late by `ttl_delay_ms` at least, each
 //!   delete conditional, so two sweepers at once delete each record once.
