@@ -24,47 +24,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use booking::Settings;
 use booking::clock::{Clock, SystemClock};
 use booking::queue::{
     Message, Queue, QueueDepth, QueueError, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX, ReceiptHandle,
     Received, SendOutcome, VISIBILITY_TIMEOUT_MAX,
 };
-use booking::settings::{DEDUPLICATION_WINDOW, RECEIVES_MAX, VISIBILITY_TIMEOUT};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-/// How the embedded queue behaves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueConfig {
-    /// How long a received message stays hidden.
-    pub visibility_timeout: Duration,
-    /// Receives before the dead-letter queue.
-    pub receives_max: u32,
-    /// How long a (group, deduplication ID) is remembered.
-    pub deduplication_window: Duration,
-}
-
-impl Default for QueueConfig {
-    fn default() -> QueueConfig {
-        QueueConfig {
-            visibility_timeout: VISIBILITY_TIMEOUT,
-            receives_max: RECEIVES_MAX,
-            deduplication_window: DEDUPLICATION_WINDOW,
-        }
-    }
-}
-
-impl QueueConfig {
-    /// The queue an instance with these settings uses.
-    pub fn from_settings(settings: &Settings) -> QueueConfig {
-        QueueConfig {
-            visibility_timeout: settings.visibility_timeout,
-            receives_max: settings.receives_max,
-            deduplication_window: settings.deduplication_window,
-        }
-    }
-}
+/// How the queue behaves: the domain's [`booking::queue::QueueConfig`],
+/// re-exported here for the embedded queue's existing users.
+pub use booking::queue::QueueConfig;
 
 #[derive(Debug)]
 struct Entry {

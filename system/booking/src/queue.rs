@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{CandidateHash, deduplication_id};
+use crate::settings::{DEDUPLICATION_WINDOW, RECEIVES_MAX, VISIBILITY_TIMEOUT};
 
 /// Messages one receive returns at most (SQS's limit).
 pub const RECEIVE_BATCH_MAX: usize = 10;
@@ -25,6 +26,40 @@ pub const VISIBILITY_TIMEOUT_MAX: Duration = Duration::from_secs(12 * 60 * 60);
 pub const BODY_BYTES_MAX: usize = 256 * 1024;
 /// The longest group or deduplication ID (SQS's limit).
 pub const ID_LEN_MAX: usize = 128;
+
+/// How a queue behaves: the visibility timeout, the dead-letter threshold
+/// and the deduplication window (SQS sets them on the queue; the embedded and
+/// Redis queues take them from here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// How long a received message stays hidden.
+    pub visibility_timeout: Duration,
+    /// Receives before the dead-letter queue.
+    pub receives_max: u32,
+    /// How long a (group, deduplication ID) is remembered.
+    pub deduplication_window: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> QueueConfig {
+        QueueConfig {
+            visibility_timeout: VISIBILITY_TIMEOUT,
+            receives_max: RECEIVES_MAX,
+            deduplication_window: DEDUPLICATION_WINDOW,
+        }
+    }
+}
+
+impl QueueConfig {
+    /// The queue an instance with these settings uses.
+    pub fn from_settings(settings: &crate::Settings) -> QueueConfig {
+        QueueConfig {
+            visibility_timeout: settings.visibility_timeout,
+            receives_max: settings.receives_max,
+            deduplication_window: settings.deduplication_window,
+        }
+    }
+}
 
 /// A message to send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

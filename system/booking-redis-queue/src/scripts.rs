@@ -1,0 +1,60 @@
+//! The queue's Lua scripts: one per operation, each the prelude
+//! (`lua/prelude.lua`: key order, the message encoding, `settle`) plus its
+//! body. Loaded once when the queue connects and run by SHA (`EVALSHA`); a
+//! server that lost them (restart, `SCRIPT FLUSH`, failover) gets them again
+//! on the `NOSCRIPT` answer.
+
+use redis::Script;
+
+/// Prelude + body, as one script's source.
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/prelude.lua"),
+            "\n",
+            include_str!(concat!("lua/", $file))
+        ))
+    };
+}
+
+/// Every script the queue runs.
+pub(crate) struct Scripts {
+    pub(crate) send: Script,
+    pub(crate) receive: Script,
+    pub(crate) delete: Script,
+    pub(crate) change_visibility: Script,
+    pub(crate) stats: Script,
+    pub(crate) dead_letters: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Scripts {
+        Scripts {
+            send: script!("send.lua"),
+            receive: script!("receive.lua"),
+            delete: script!("delete.lua"),
+            change_visibility: script!("change_visibility.lua"),
+            stats: script!("stats.lua"),
+            dead_letters: script!("dead_letters.lua"),
+        }
+    }
+
+    pub(crate) fn all(&self) -> [&Script; 6] {
+        [
+            &self.send,
+            &self.receive,
+            &self.delete,
+            &self.change_visibility,
+            &self.stats,
+            &self.dead_letters,
+        ]
+    }
+}
+
+impl std::fmt::Debug for Scripts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scripts")
+            .field("receive", &self.receive.get_hash())
+            .finish_non_exhaustive()
+    }
+}
