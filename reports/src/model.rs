@@ -86,8 +86,13 @@ pub struct Phase {
 pub struct LoadFigures {
     /// HTTP requests made, all transactions.
     pub requests: u64,
-    /// Of which answered 5xx or not answered at all.
+    /// Of which answered 5xx or not answered at all (connection errors
+    /// apart).
     pub server_errors: u64,
+    /// Requests that failed to connect, or whose connection dropped before
+    /// an answer (an instance gone; sent again to a live instance).
+    #[serde(default)]
+    pub connection_errors: u64,
     /// The rush's intended arrival rate, bookings/s.
     pub target_rate: f64,
     /// The rate bookings actually started at during the rush, bookings/s.

@@ -5,13 +5,19 @@
 //!   article's figures as defaults, `--set key=value` overrides).
 //! - [`fleet`]: the system under rehearsal: the mock gateway and N booking
 //!   instances in process (embedded or Redis), or a running deployment.
+//! - [`processes`]: a fleet of `booking serve --stack redis` OS processes on
+//!   a private `redis-server`, driven as a remote deployment.
+//! - [`kills`]: `--kill SPEC`: SIGKILL an instance mid-rush and start it
+//!   again; the verdicts that keep that proof honest.
 //! - [`load`]: the open-model load engine over goose.
 //! - [`rehearse`]: the phases (setup, rush, late, settle, audit, report).
 //! - [`thresholds`]: figures held to the profile's bounds, as named verdicts.
 //! - [`progress`]: the progress line and the end-of-run summary.
 
 pub mod fleet;
+pub mod kills;
 pub mod load;
+pub mod processes;
 pub mod profile;
 pub mod progress;
 pub mod rehearse;

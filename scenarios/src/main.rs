@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use booking_server::config::StackKind;
 use clap::{Parser, Subcommand};
+use scenarios::kills::KillSpec;
+use scenarios::profile::FleetKind;
 use scenarios::{Profile, Progress};
 
 /// The `booking` binary's allocator: the rehearsal runs the fleet in this
@@ -50,9 +52,23 @@ struct RehearseArgs {
     /// nothing answers there).
     #[arg(long)]
     redis_url: Option<String>,
-    /// Booking instances of the in-process fleet.
+    /// Booking instances of the local fleet.
     #[arg(long)]
     instances: Option<usize>,
+    /// The local fleet: tasks of this process (`in-process`, the default),
+    /// or `booking serve --stack redis` OS processes on a private
+    /// redis-server (`processes`; implies `--stack redis`).
+    #[arg(long, value_enum)]
+    fleet: Option<FleetKind>,
+    /// With `--fleet processes`: the `booking` binary (default: the one next
+    /// to this executable; `cargo build -p booking-server --bin booking`).
+    #[arg(long, value_name = "PATH")]
+    booking_bin: Option<PathBuf>,
+    /// With `--fleet processes`: SIGKILL an instance mid-rush and start it
+    /// again, as INSTANCE@rush=FRACTION[,down_ms=MS], e.g.
+    /// `0@rush=0.4,down_ms=1000` (repeat).
+    #[arg(long = "kill", value_name = "SPEC")]
+    kills: Vec<KillSpec>,
     /// Rehearse the deployment at this base URL instead (its /ops/ routes).
     #[arg(long)]
     target: Option<String>,
@@ -74,6 +90,23 @@ impl RehearseArgs {
         let quote = |s: &str| format!("{s:?}");
         if let Some(seed) = self.seed {
             sets.push(format!("seed={seed}"));
+        }
+        if let Some(fleet) = self.fleet {
+            let kind = match fleet {
+                FleetKind::InProcess => "in_process",
+                FleetKind::Processes => "processes",
+            };
+            sets.push(format!("fleet={}", quote(kind)));
+            if fleet == FleetKind::Processes && self.stack.is_none() {
+                sets.push(format!("stack.kind={}", quote("redis")));
+            }
+        }
+        if let Some(bin) = &self.booking_bin {
+            sets.push(format!("booking_bin={}", quote(&bin.display().to_string())));
+        }
+        if !self.kills.is_empty() {
+            let specs: Vec<String> = self.kills.iter().map(|k| quote(&k.to_string())).collect();
+            sets.push(format!("kills=[{}]", specs.join(", ")));
         }
         if let Some(stack) = self.stack {
             let kind = match stack {
@@ -147,9 +180,18 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
                 .enable_all()
                 .build()
                 .context("starting the runtime")?;
-            let outcome = runtime
-                .block_on(scenarios::rehearse(&profile, progress))
-                .context("rehearsal")?;
+            // Ctrl-C drops the rehearsal, and with it every process and
+            // server it started
+            let outcome = runtime.block_on(async {
+                tokio::select! {
+                    outcome = scenarios::rehearse(&profile, progress) => {
+                        outcome.context("rehearsal")
+                    }
+                    _ = tokio::signal::ctrl_c() => {
+                        anyhow::bail!("interrupted: everything the rehearsal started is stopped")
+                    }
+                }
+            })?;
             Ok(outcome.report.passed)
         }
     }

@@ -18,6 +18,7 @@ use booking::{Level, SaleId, Settings};
 use booking_server::config::{LevelConfig, StackKind};
 use serde::{Deserialize, Serialize};
 
+use crate::kills::KillSpec;
 use crate::load::LoadProfile;
 
 /// The article's profile, shipped in the binary.
@@ -81,6 +82,18 @@ impl Default for StackProfile {
             aws: booking_server::config::AwsStackConfig::default(),
         }
     }
+}
+
+/// What runs the booking instances of a local rehearsal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetKind {
+    /// Tasks of the rehearsal's own process ([`crate::fleet`]).
+    #[default]
+    InProcess,
+    /// `booking serve --stack redis` OS processes on a private
+    /// `redis-server` ([`crate::processes`]); they can be killed (`kills`).
+    Processes,
 }
 
 /// When the fleet's webhook endpoint is subscribed to the mock gateway.
@@ -176,9 +189,18 @@ pub struct Profile {
     pub candidates: u32,
     /// Levels with caps and prices.
     pub levels: Vec<LevelConfig>,
-    /// Booking instances of the in-process fleet.
+    /// Booking instances of the local fleet.
     pub instances: usize,
-    /// Backends of the in-process fleet.
+    /// In process, or OS processes (`processes`: on Redis, killable).
+    pub fleet: FleetKind,
+    /// With `fleet = "processes"`: the `booking` binary (default: the one
+    /// next to the running executable).
+    pub booking_bin: Option<PathBuf>,
+    /// With `fleet = "processes"`: instances to SIGKILL during the rush and
+    /// start again, as `INSTANCE@rush=FRACTION[,down_ms=MS]`
+    /// ([`crate::kills`]).
+    pub kills: Vec<KillSpec>,
+    /// Backends of the local fleet.
     pub stack: StackProfile,
     /// When the in-process mock gateway's SNS webhooks (one per completed
     /// payment, RSA-signed: the webhook confirm path) are subscribed.
@@ -242,6 +264,9 @@ impl Default for Profile {
             candidates: 40_000,
             levels: article_levels(),
             instances: 2,
+            fleet: FleetKind::InProcess,
+            booking_bin: None,
+            kills: Vec::new(),
             stack: StackProfile::default(),
             webhooks: Webhooks::AfterRush,
             target: None,
@@ -308,6 +333,26 @@ impl Profile {
         }
         if self.hold_ms == 0 {
             return bad("hold_ms must be > 0".into());
+        }
+        if self.fleet == FleetKind::Processes {
+            if self.target.is_some() {
+                return bad("a process fleet is local: drop target (or the process fleet)".into());
+            }
+            if self.stack.kind != StackKind::Redis {
+                return bad(format!(
+                    "a process fleet shares its state on Redis: stack.kind must be \"redis\", not {:?} (--stack redis)",
+                    self.stack.kind
+                ));
+            }
+        }
+        if !self.kills.is_empty() && self.fleet != FleetKind::Processes {
+            return bad("kills need a process fleet (--fleet processes)".into());
+        }
+        if let Some(k) = self.kills.iter().find(|k| k.instance >= self.instances) {
+            return bad(format!(
+                "kill {k}: instance {} of {} (0 is the first)",
+                k.instance, self.instances
+            ));
         }
         if self.settle.poll_ms == 0 {
             return bad("settle.poll_ms must be > 0".into());
@@ -547,6 +592,39 @@ mod tests {
         assert!(Profile::load(None, &["seed.x=1".into()]).is_err());
         assert!(Profile::load(None, &["candidates=0".into()]).is_err());
         assert!(Profile::load(None, &["time_scale=-1".into()]).is_err());
+    }
+
+    #[test]
+    fn a_process_fleet_is_on_redis_and_only_it_has_kills() {
+        let p = Profile::load(
+            Some("ci"),
+            &[
+                "fleet=\"processes\"".into(),
+                "stack.kind=\"redis\"".into(),
+                "kills=[\"1@rush=0.5,down_ms=200\", \"0@rush=0.1\"]".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(p.fleet, FleetKind::Processes);
+        assert_eq!(p.kills.len(), 2);
+        assert_eq!(p.kills[0].instance, 1);
+        assert_eq!(p.kills[1].down.as_millis(), 1_000);
+        let refused = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+            Profile::load(Some("ci"), &sets).unwrap_err().to_string()
+        };
+        let e = refused(&["fleet=\"processes\""]);
+        assert!(e.contains("redis"), "{e}");
+        let e = refused(&["kills=[\"0@rush=0.5\"]"]);
+        assert!(e.contains("--fleet processes"), "{e}");
+        let e = refused(&[
+            "fleet=\"processes\"",
+            "stack.kind=\"redis\"",
+            "kills=[\"2@rush=0.5\"]",
+        ]);
+        assert!(e.contains("instance 2 of 2"), "{e}");
+        let e = refused(&["kills=[\"0@rush=7\"]"]);
+        assert!(e.contains("[0, 1]"), "{e}");
     }
 
     #[test]

@@ -13,9 +13,12 @@
 //!    and the rehearsal's own ([`crate::thresholds`]);
 //! 5. **report**: `reports/runs/<UTC timestamp>-<seed>/`.
 //!
-//! [`rehearse`] does all of it on a fleet of its own; [`run_on`] on a fleet
-//! the caller keeps (tests break the state afterwards and call
-//! [`verdicts`] again).
+//! [`rehearse`] does all of it on a fleet of its own (in process, or OS
+//! processes: [`crate::processes`]); [`run_on`] on a fleet the caller keeps
+//! (tests break the state afterwards and call [`verdicts`] again);
+//! [`run_with`] also fires a process fleet's kills during the load and adds
+//! their verdicts (`kills_done`, `connection_errors_outside_kills`,
+//! [`crate::kills`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -30,8 +33,10 @@ use reports::{
 use tokio::sync::watch;
 
 use crate::fleet::{Fleet, FleetError, Snapshot};
+use crate::kills::{self, KillDriver};
 use crate::load::{self, LiveStats, LoadConfig, LoadError, LoadResult, Targets};
-use crate::profile::{self, Profile, Webhooks};
+use crate::processes::ProcessError;
+use crate::profile::{self, FleetKind, Profile, Webhooks};
 use crate::progress;
 use crate::thresholds::{self, Leftovers, LevelPeak};
 
@@ -55,6 +60,47 @@ pub enum RehearseError {
     /// The run folder could not be written.
     #[error("writing {0}: {1}")]
     Write(PathBuf, String),
+    /// The process fleet failed.
+    #[error("process fleet: {0}")]
+    Processes(#[from] ProcessError),
+}
+
+/// Where a run's files go: `<out>/<UTC timestamp>-<seed>/`, made when the
+/// run starts (a process fleet logs into it before the rehearsal).
+#[derive(Debug, Clone)]
+pub struct RunPlace {
+    /// `<UTC timestamp>-<seed>`.
+    pub run_id: String,
+    /// The run folder (created).
+    pub dir: PathBuf,
+    /// When the run started.
+    pub started_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl RunPlace {
+    /// A new run folder for `profile`, created.
+    pub fn new(profile: &Profile) -> Result<RunPlace, RehearseError> {
+        let started_at = chrono::Utc::now();
+        let run_id = format!("{}-{}", started_at.format("%Y%m%dT%H%M%SZ"), profile.seed);
+        let dir = profile.out_dir().join(&run_id);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| RehearseError::Write(dir.clone(), e.to_string()))?;
+        Ok(RunPlace {
+            run_id,
+            dir,
+            started_at,
+        })
+    }
+}
+
+/// What a process fleet adds to a run.
+#[derive(Debug)]
+pub struct Extras {
+    /// Kills to fire during the load (their records become the report's
+    /// faults and two verdicts).
+    pub kills: Option<KillDriver>,
+    /// Files of the run folder besides the report's (logs), by name.
+    pub files: Vec<String>,
 }
 
 /// What a run leaves: its report and where it was written.
@@ -100,6 +146,9 @@ pub enum Progress {
 
 /// Starts the fleet `profile` describes, rehearses on it, stops it.
 pub async fn rehearse(profile: &Profile, progress: Progress) -> Result<Outcome, RehearseError> {
+    if profile.fleet == FleetKind::Processes {
+        return crate::processes::rehearse(profile, progress).await;
+    }
     let fleet = Fleet::start(profile).await?;
     let outcome = run_on(&fleet, profile, progress).await;
     fleet.stop().await;
@@ -286,11 +335,31 @@ pub async fn run_on(
     profile: &Profile,
     progress: Progress,
 ) -> Result<Outcome, RehearseError> {
+    let place = RunPlace::new(profile)?;
+    run_with(fleet, profile, progress, place, None).await
+}
+
+/// Rehearses on `fleet` (which the caller stops) into `place`, with what a
+/// process fleet adds: its kills fired during the load (the load then waits
+/// for every instance killed to be back before the sale is closed), their
+/// faults and verdicts, its log files.
+pub async fn run_with(
+    fleet: &Fleet,
+    profile: &Profile,
+    progress: Progress,
+    place: RunPlace,
+    extras: Option<Extras>,
+) -> Result<Outcome, RehearseError> {
     let t0 = Instant::now();
-    let started_at = chrono::Utc::now();
-    let run_id = format!("{}-{}", started_at.format("%Y%m%dT%H%M%SZ"), profile.seed);
-    let dir = profile.out_dir().join(&run_id);
-    std::fs::create_dir_all(&dir).map_err(|e| RehearseError::Write(dir.clone(), e.to_string()))?;
+    let RunPlace {
+        run_id,
+        dir,
+        started_at,
+    } = place;
+    let (kills, extra_files) = match extras {
+        Some(e) => (e.kills, e.files),
+        None => (None, Vec::new()),
+    };
     let mut clock = Clock::default();
     let say = |what: &str| {
         if progress == Progress::Lines {
@@ -361,7 +430,29 @@ pub async fn run_on(
             out_dir: Some(dir.clone()),
             stop_by: schedule_end(&arrivals) + LOAD_SLACK,
         };
-        let result = load::run(arrivals, targets, &profile.load, config, live.clone()).await;
+        let (load_done_tx, load_done_rx) = watch::channel(false);
+        let load = async {
+            let r = load::run(arrivals, targets, &profile.load, config, live.clone()).await;
+            let _ = load_done_tx.send(true);
+            r
+        };
+        let fire = async {
+            match &kills {
+                Some(k) => {
+                    k.run(
+                        live.clone(),
+                        profile.load.rush_arrivals() as u64,
+                        load_done_rx,
+                    )
+                    .await
+                }
+                None => Vec::new(),
+            }
+        };
+        let (result, kill_records) = tokio::join!(load, fire);
+        for r in &kill_records {
+            say(&r.describe(t0));
+        }
         let load_end = ms_since(t0);
         if profile.webhooks == Webhooks::AfterRush {
             // the rush's arrivals may not all have started (a bound hit)
@@ -374,9 +465,17 @@ pub async fn run_on(
         let settled = settle(fleet, profile).await;
         let settle_end = ms_since(t0);
         let _ = stop_tx.send(true);
-        (result, load_start, load_end, settle_end, closed, settled)
+        (
+            result,
+            load_start,
+            load_end,
+            settle_end,
+            closed,
+            settled,
+            kill_records,
+        )
     };
-    let ((result, load_start, load_end, settle_end, closed, settled), ()) =
+    let ((result, load_start, load_end, settle_end, closed, settled, kill_records), ()) =
         tokio::join!(main, sampler);
     let result = result?;
     closed?;
@@ -410,7 +509,16 @@ pub async fn run_on(
         settle_waited_ms,
         approved_told_not_paid: result.payments.approved_told_not_paid,
     };
-    let (invariants, gateway_ledger) = verdicts_with_ledger(fleet, profile, &measured).await?;
+    let (mut invariants, gateway_ledger) = verdicts_with_ledger(fleet, profile, &measured).await?;
+    let connection_errors = live.connection_error_times();
+    if kills.is_some() {
+        invariants.push(kills::kills_done(&kill_records, t0));
+        invariants.push(kills::connection_errors_outside_kills(
+            &connection_errors,
+            &kill_records,
+            t0,
+        ));
+    }
     clock.push("audit", audit_start, ms_since(t0));
 
     // report
@@ -437,9 +545,14 @@ pub async fn run_on(
             dead_letters: final_snap.dead_letters,
         },
         invariants,
-        faults: Vec::new(),
+        faults: kills::faults(&kill_records, &connection_errors, t0),
         timeline: sampled.timeline,
-        files: result.goose_files.clone(),
+        files: result
+            .goose_files
+            .iter()
+            .chain(&extra_files)
+            .cloned()
+            .collect(),
     };
     clock.push("report", report_start, ms_since(t0));
     report.phases = clock.phases;

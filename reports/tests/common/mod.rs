@@ -169,6 +169,7 @@ impl ReportBuilder {
             load: LoadFigures {
                 requests: 104_971,
                 server_errors: 0,
+                connection_errors: 0,
                 target_rate: 2000.0,
                 achieved_rate: 1999.96,
                 arrivals_scheduled: 54_000,

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::balancer::{self, Balancer};
 use super::engine::{
     EXECUTE_GRACE, Engine, GOOSE_REPORTS, RAMP_S, REQUEST_TIMEOUT, START_WAIT_MAX,
 };
@@ -82,9 +83,11 @@ pub async fn run(
     let retry_users = profile.retry_users();
     let total_users = profile.users + profile.payer_users + retry_users;
     let n = arrivals.len();
+    let balancer = Arc::new(Balancer::new(&targets.booking_urls));
     let engine = Arc::new(Engine {
         arrivals,
         booking_endpoints,
+        balancer: balancer.clone(),
         profile: profile.clone(),
         client,
         live: live.clone(),
@@ -163,7 +166,8 @@ pub async fn run(
             };
             e.retries.dispatch(stop).await;
         });
-        [bound, zero, payers, retries]
+        let health = tokio::spawn(balancer::health_checks(balancer, engine.client.clone()));
+        [bound, zero, payers, retries, health]
     };
 
     let executed =
@@ -348,6 +352,7 @@ fn result(engine: &Engine, goose: GooseSummary, goose_files: Vec<String>) -> Loa
     let figures = reports::LoadFigures {
         requests: live.requests.load(Ordering::Relaxed),
         server_errors: live.server_errors.load(Ordering::Relaxed),
+        connection_errors: live.connection_errors.load(Ordering::Relaxed),
         target_rate: engine.profile.rate,
         achieved_rate: stats::achieved_rate(
             rush_started,

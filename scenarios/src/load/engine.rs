@@ -16,6 +16,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::balancer::{self, Balancer};
 use super::outcome::{self, ActionAnswer, BookingAnswer};
 use super::queue::{Due, DueQueue};
 use super::stats::{self, LiveStats, Recorder};
@@ -81,6 +82,9 @@ struct Answer {
     retry_after: Option<String>,
     body: Vec<u8>,
     metric: Option<GooseRequestMetric>,
+    /// The request failed to connect, or its connection dropped before an
+    /// answer.
+    connection_error: bool,
 }
 
 impl Answer {
@@ -91,6 +95,7 @@ impl Answer {
             retry_after: None,
             body: Vec::new(),
             metric: None,
+            connection_error: false,
         }
     }
 }
@@ -107,6 +112,8 @@ pub(super) struct Engine {
     pub(super) arrivals: Vec<Arrival>,
     /// `{booking_url}/bookings` per instance.
     pub(super) booking_endpoints: Vec<String>,
+    /// The instances as a load balancer sees them.
+    pub(super) balancer: Arc<Balancer>,
     pub(super) profile: LoadProfile,
     pub(super) client: goose_reqwest::Client,
     pub(super) live: Arc<LiveStats>,
@@ -237,6 +244,7 @@ impl Engine {
                                 retry_after,
                                 body: body.to_vec(),
                                 metric: Some(goose.request),
+                                connection_error: false,
                             },
                             _ => Answer {
                                 metric: Some(goose.request),
@@ -244,8 +252,9 @@ impl Engine {
                             },
                         }
                     }
-                    Err(_) => Answer {
+                    Err(e) => Answer {
                         metric: Some(goose.request),
+                        connection_error: balancer::is_connection_error(&e),
                         ..Answer::none()
                     },
                 },
@@ -255,8 +264,64 @@ impl Engine {
                 }
                 Err(_) => Answer::none(),
             };
-        self.live.request_done(answer.status);
+        if answer.connection_error {
+            self.live.request_failed_to_connect();
+        } else {
+            self.live.request_done(answer.status);
+        }
         answer
+    }
+
+    /// Sends a request to the booking instance `url` is on, as through a
+    /// load balancer: to the next live instance if that one is marked down,
+    /// and again to the next live one after a connection error (which marks
+    /// its instance down). A URL on no instance is sent as it is.
+    async fn send_to_fleet(
+        &self,
+        user: &mut GooseUser,
+        name: &'static str,
+        url: &str,
+        build: impl Fn(&goose_reqwest::Client, &str) -> goose_reqwest::RequestBuilder,
+        expect: Option<u16>,
+    ) -> Answer {
+        let Some(home) = self.balancer.instance_of(url) else {
+            let request = build(&user.client, url);
+            return self.send(user, name, request, expect).await;
+        };
+        let n = self.balancer.bases().len();
+        let mut tried = vec![false; n];
+        let mut last: Option<Answer> = None;
+        loop {
+            let next = (0..n)
+                .map(|k| (home + k) % n)
+                .find(|i| !tried[*i] && !self.balancer.is_down(*i));
+            let Some(i) = next else {
+                break;
+            };
+            tried[i] = true;
+            let target = self.balancer.rebase(url, home, i);
+            let request = build(&user.client, &target);
+            let answer = self.send(user, name, request, expect).await;
+            if !answer.connection_error {
+                return answer;
+            }
+            if self.balancer.mark_down(i) {
+                tracing::info!(
+                    instance = i,
+                    request = name,
+                    "connection error: instance marked down"
+                );
+            }
+            last = Some(answer);
+        }
+        // every instance down: a load balancer would refuse at once
+        last.unwrap_or_else(|| {
+            self.live.connection_error();
+            Answer {
+                connection_error: true,
+                ..Answer::none()
+            }
+        })
     }
 
     /// Marks an answer as designed a success in goose's tables (goose
@@ -365,12 +430,13 @@ impl Engine {
             level: &arrival.level,
         })
         .unwrap_or_default();
-        let request = user
-            .client
-            .post(endpoint)
-            .header("content-type", "application/json")
-            .body(body);
-        let mut answer = self.send(user, name, request, None).await;
+        let build = |client: &goose_reqwest::Client, url: &str| {
+            client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body.clone())
+        };
+        let mut answer = self.send_to_fleet(user, name, endpoint, build, None).await;
         let classified =
             outcome::classify_booking(answer.status, &answer.body, answer.retry_after.as_deref());
         Engine::as_designed(user, &mut answer, classified.expected());
@@ -532,8 +598,9 @@ impl Engine {
             };
             for _ in 0..plan.deliveries {
                 let sent = Instant::now();
-                let request = user.client.get(target.as_str());
-                let mut answer = self.send(user, "callback", request, None).await;
+                let mut answer = self
+                    .send_to_fleet(user, "callback", target.as_str(), |c, u| c.get(u), None)
+                    .await;
                 let designed = outcome::answered_as_designed(answer.status);
                 Engine::as_designed(user, &mut answer, designed);
                 self.callback.record(

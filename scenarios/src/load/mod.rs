@@ -91,6 +91,7 @@
 //! queue), `engine` (goose wiring and [`run`]).
 
 mod attack;
+pub mod balancer;
 mod engine;
 pub mod outcome;
 pub mod queue;

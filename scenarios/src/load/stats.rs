@@ -143,6 +143,10 @@ pub struct LiveStats {
     pub paid_redirects_delivered: AtomicU64,
     /// Requests sent and not yet answered.
     pub in_flight: AtomicU64,
+    /// Connection errors (refused, or dropped before an answer): an
+    /// instance gone. Counted apart from [`LiveStats::server_errors`].
+    pub connection_errors: AtomicU64,
+    connection_error_at: Mutex<Vec<Instant>>,
     refused: Mutex<BTreeMap<String, u64>>,
     interval: Mutex<Histogram<u64>>,
     mark: Mutex<IntervalMark>,
@@ -157,6 +161,8 @@ impl Default for LiveStats {
             requests: AtomicU64::new(0),
             paid_redirects_delivered: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
+            connection_errors: AtomicU64::new(0),
+            connection_error_at: Mutex::new(Vec::new()),
             refused: Mutex::new(BTreeMap::new()),
             interval: Mutex::new(histogram()),
             mark: Mutex::new(IntervalMark {
@@ -211,6 +217,27 @@ impl LiveStats {
         if status.is_none_or(|s| s >= 500) {
             self.server_errors.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A request failed with a connection error (counted as such, not as a
+    /// server error).
+    pub fn request_failed_to_connect(&self) {
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.connection_error();
+    }
+
+    /// A connection error seen now (also when no instance was live to send
+    /// the request to).
+    pub fn connection_error(&self) {
+        self.connection_errors.fetch_add(1, Ordering::Relaxed);
+        self.connection_error_at.lock().push(Instant::now());
+    }
+
+    /// When each connection error was seen, in order.
+    pub fn connection_error_times(&self) -> Vec<Instant> {
+        self.connection_error_at.lock().clone()
     }
 
     /// The figures since the previous call (or since these stats were made),

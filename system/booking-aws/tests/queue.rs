@@ -1,25 +1,136 @@
-//! The SQS FIFO queue, the on-failure destination and the S3 status document
-//! against moto, through the real SDK: send, long-poll receive, delete
-//! (single and batch), order within a group, deduplication, visibility,
-//! redrive to the dead-letter queue after 5 receives, depth and age; and
-//! `status.json` with its cache headers.
+//! The SQS FIFO queue against the queue contract (`booking_contract::queue`)
+//! on moto, through the real SDK, each case on queues of its own; then what
+//! only SQS has: batch delete, the on-failure queue and the S3 status
+//! document with its cache headers.
 //!
-//! moto forgets a deduplication ID once its message is deleted, ignores
-//! `DeduplicationScope=messageGroup` and may reorder a group after a
-//! visibility-timeout redelivery: the tests assert none of that here (the
-//! embedded queue's tests cover those semantics), and each uses its own
-//! queue, so none is deep.
+//! moto's timing is its own (real time, visibility in whole seconds), it
+//! forgets a deduplication ID once its message is deleted, ignores
+//! `DeduplicationScope=messageGroup`, may reorder a group after a
+//! visibility-timeout redelivery or under concurrent receives, keeps a
+//! long poll blocked on the groups in flight when it began, and accepts
+//! some stale receipts; SQS never
+//! says a send was deduplicated and the adapter's oldest age is what its own
+//! receives saw. The fixture's capabilities say so, and the contract checks
+//! the rest.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+use aws_sdk_sqs::types::QueueAttributeName;
 use booking::StatusSink;
-use booking::queue::{Message, Queue, QueueError, ReceiptHandle};
+use booking::clock::{Clock, SystemClock};
+use booking::queue::{Message, Queue, QueueConfig, QueueError};
+use booking_aws::provision::{ProvisionOptions, admission_queue_attributes, fifo_attributes};
+use booking_aws::{Clients, SqsQueue};
+use booking_aws_local::{LocalAws, Moto, moto_settings};
+use booking_contract::queue::{Capabilities, QueueFixture};
 use booking_streams::{BatchFailure, DiscardReason, FailureDestination};
 use common::provisioned;
+
+/// How much longer than asked an `advance` sleeps: moto compares its own
+/// clock, in whole seconds of visibility.
+const ADVANCE_SLACK: Duration = Duration::from_millis(150);
+
+/// SQS FIFO queues on the process's moto, each pair (queue and dead-letter
+/// queue) freshly named.
+#[derive(Debug)]
+struct Sqs {
+    clients: Clients,
+}
+
+impl Sqs {
+    async fn start() -> Sqs {
+        let moto: &'static Moto = Moto::shared().expect("moto");
+        Sqs {
+            clients: moto_settings(moto).clients().await,
+        }
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        attributes: impl IntoIterator<Item = (String, String)>,
+    ) -> String {
+        let mut create = self.clients.sqs.create_queue().queue_name(name);
+        for (k, v) in attributes {
+            create = create.attributes(QueueAttributeName::from(k.as_str()), v);
+        }
+        create
+            .send()
+            .await
+            .expect("queue created")
+            .queue_url()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+#[async_trait]
+impl QueueFixture for Sqs {
+    async fn queue(&self, config: QueueConfig) -> Arc<dyn Queue> {
+        let names = LocalAws::resources();
+        let dead_letter_url = self
+            .create(&names.dead_letter_queue, fifo_attributes())
+            .await;
+        let arn = self
+            .clients
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&dead_letter_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("attributes")
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .expect("an ARN");
+        let options = ProvisionOptions {
+            visibility_timeout: config.visibility_timeout,
+            receives_max: config.receives_max,
+            allow_unsupported: true,
+        };
+        self.create(&names.queue, admission_queue_attributes(&options, &arn))
+            .await;
+        let queue = SqsQueue::connect(
+            self.clients.sqs.clone(),
+            &names.queue,
+            &names.dead_letter_queue,
+            config.visibility_timeout,
+            Arc::new(SystemClock),
+        )
+        .await
+        .expect("connected");
+        Arc::new(queue)
+    }
+
+    async fn advance(&self, by: Duration) {
+        tokio::time::sleep(by + ADVANCE_SLACK).await;
+    }
+
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            manual_time: false,
+            reports_duplicates: false,
+            full_deduplication: false,
+            order_after_redelivery: false,
+            order_under_concurrent_receives: false,
+            long_poll_sees_unblocked_groups: false,
+            stale_receipts_refused: false,
+            exact_oldest_age: false,
+        }
+    }
+}
+
+booking_contract::queue_contract!(Sqs::start().await);
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -87,99 +198,6 @@ async fn a_group_is_delivered_in_order_and_a_duplicate_send_once() {
             .is_empty()
     );
     assert!(started.elapsed() >= Duration::from_millis(900));
-}
-
-#[tokio::test]
-async fn a_message_received_five_times_moves_to_the_dead_letter_queue() {
-    let (_local, a) = provisioned(HOUR, Duration::from_secs(30)).await;
-    let q = &a.queue;
-    q.send(msg("ef56", "poison", "{not json")).await.unwrap();
-    for n in 1..=5u32 {
-        let got = q.receive(1, Duration::from_secs(1)).await.unwrap();
-        assert_eq!(got.len(), 1, "receive {n}");
-        assert_eq!(got[0].receive_count, n);
-        // left unacknowledged, given back at once (what the worker does with poison)
-        q.change_visibility(&got[0].receipt, Duration::ZERO)
-            .await
-            .unwrap();
-    }
-    assert!(
-        q.dead_letters().await.unwrap().is_empty(),
-        "not yet: five receives so far"
-    );
-    assert!(
-        q.receive(1, Duration::from_secs(1))
-            .await
-            .unwrap()
-            .is_empty(),
-        "the sixth receive redrives it"
-    );
-    let dead = q.dead_letters().await.unwrap();
-    assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].body, "{not json");
-    assert_eq!(dead[0].group_id, "ef56");
-    // a reading takes nothing: it is still there
-    assert_eq!(q.dead_letters().await.unwrap().len(), 1);
-    assert_eq!(q.depth().await.unwrap(), Default::default());
-}
-
-#[tokio::test]
-async fn receipts_and_limits_are_checked() {
-    let (_local, a) = provisioned(HOUR, Duration::from_secs(30)).await;
-    let q = &a.queue;
-    q.send(msg("aa00", "1", "one")).await.unwrap();
-    let got = q.receive(1, Duration::from_secs(1)).await.unwrap();
-    q.delete(&got[0].receipt).await.unwrap();
-    let bogus = ReceiptHandle("not-a-receipt".into());
-    assert_eq!(
-        q.change_visibility(&bogus, Duration::ZERO).await,
-        Err(QueueError::InvalidReceipt)
-    );
-    assert!(matches!(
-        q.receive(0, Duration::ZERO).await,
-        Err(QueueError::Invalid(_))
-    ));
-    assert!(matches!(
-        q.receive(11, Duration::ZERO).await,
-        Err(QueueError::Invalid(_))
-    ));
-    assert!(matches!(
-        q.receive(1, Duration::from_secs(21)).await,
-        Err(QueueError::Invalid(_))
-    ));
-    let big = msg("aa00", "2", &"x".repeat(256 * 1024 + 1));
-    assert!(
-        matches!(q.send(big).await, Err(QueueError::Invalid(_))),
-        "refused before the call"
-    );
-    assert!(matches!(
-        q.send(msg("", "3", "x")).await,
-        Err(QueueError::Invalid(_))
-    ));
-    assert_eq!(
-        q.depth().await.unwrap(),
-        Default::default(),
-        "nothing was queued"
-    );
-}
-
-#[tokio::test]
-async fn the_visibility_timeout_brings_an_unacknowledged_message_back() {
-    let (_local, a) = provisioned(HOUR, Duration::from_secs(1)).await;
-    let q = &a.queue;
-    q.send(msg("bb11", "1", "one")).await.unwrap();
-    let first = q.receive(1, Duration::from_secs(1)).await.unwrap();
-    assert_eq!(first.len(), 1);
-    assert!(
-        q.receive(1, Duration::ZERO).await.unwrap().is_empty(),
-        "hidden while in flight"
-    );
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    let again = q.receive(1, Duration::from_secs(2)).await.unwrap();
-    assert_eq!(again.len(), 1);
-    assert_eq!(again[0].receive_count, 2);
-    assert!(q.oldest_age().await.unwrap().unwrap() >= Duration::from_secs(1));
-    q.delete(&again[0].receipt).await.unwrap();
 }
 
 #[tokio::test]

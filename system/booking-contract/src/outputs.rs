@@ -5,11 +5,11 @@
 //! Two suites, each a fixture trait and a macro that expands to one
 //! `#[tokio::test]` per case:
 //!
-//! - [`status_sink_contract!`] over a [`StatusSinkFixture`]: `get` on an
+//! - [`status_sink_contract!`](crate::status_sink_contract) over a [`StatusSinkFixture`]: `get` on an
 //!   empty sink is `None`; `put` replaces the whole document (a shorter one
 //!   leaves nothing of a longer one); `get` returns the latest; documents
 //!   come back byte for byte.
-//! - [`output_log_contract!`] over an [`OutputLogFixture`]: mail, alerts
+//! - [`output_log_contract!`](crate::output_log_contract) over an [`OutputLogFixture`]: mail, alerts
 //!   and status writes read back in order, duplicates kept, every field
 //!   whole; status writes stamped with the adapter's clock and filtered
 //!   with `since_ms` inclusive; concurrent senders lose nothing.
@@ -36,7 +36,7 @@ use booking::{CandidateHash, Level, PaymentId, SaleId};
 /// The time every output-log fixture's clock starts at, ms since the epoch.
 pub const T0_MS: u64 = 1_700_000_000_000;
 
-/// Confirmations sent concurrently in [`concurrent_senders_lose_nothing`].
+/// Confirmations sent concurrently in [`output_log_concurrent_senders_lose_nothing`].
 pub const CONCURRENT_SENDS: usize = 64;
 
 /// A status sink under test.

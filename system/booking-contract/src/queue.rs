@@ -62,6 +62,14 @@ pub struct Capabilities {
     /// A redelivered head is delivered before the rest of its group (moto
     /// may reorder a group after a visibility-timeout redelivery).
     pub order_after_redelivery: bool,
+    /// Concurrent receives keep a group's one message in flight (moto's
+    /// threaded server runs receives without a lock, so two receives can
+    /// each take the next message of one group).
+    pub order_under_concurrent_receives: bool,
+    /// A long poll sees a group that a delete unblocks while it waits
+    /// (moto's keeps the groups that were in flight when it began blocked
+    /// until it returns).
+    pub long_poll_sees_unblocked_groups: bool,
     /// A receipt whose visibility ran out, or whose message was deleted, is
     /// refused (moto accepts some stale receipts).
     pub stale_receipts_refused: bool,
@@ -77,6 +85,8 @@ impl Capabilities {
         reports_duplicates: true,
         full_deduplication: true,
         order_after_redelivery: true,
+        order_under_concurrent_receives: true,
+        long_poll_sees_unblocked_groups: true,
         stale_receipts_refused: true,
         exact_oldest_age: true,
     };
@@ -196,9 +206,10 @@ pub async fn a_group_delivers_nothing_more_while_its_head_is_in_flight_and_group
 /// Six receivers drain eight groups of forty, handling each batch in order
 /// before deleting: every group is seen once each, in order.
 pub async fn order_within_each_group_holds_under_concurrent_receivers(fixture: &dyn QueueFixture) {
+    const CASE: &str = "order_within_each_group_holds_under_concurrent_receivers";
     const GROUPS: usize = 8;
     const PER_GROUP: usize = 40;
-    let (q, _, _) = fresh(fixture).await;
+    let (q, capabilities, _) = fresh(fixture).await;
     for i in 0..PER_GROUP {
         for g in 0..GROUPS {
             send(&*q, msg(&format!("g{g:03}"), &i.to_string())).await;
@@ -234,8 +245,14 @@ pub async fn order_within_each_group_holds_under_concurrent_receivers(fixture: &
     for r in receivers {
         r.await.expect("receiver");
     }
-    let seen = std::mem::take(&mut *seen.lock().expect("seen"));
+    let mut seen = std::mem::take(&mut *seen.lock().expect("seen"));
     assert_eq!(seen.len(), GROUPS);
+    if !capabilities.order_under_concurrent_receives {
+        skipped(CASE, "the order; each message once is");
+        for order in seen.values_mut() {
+            order.sort_unstable();
+        }
+    }
     for (group, order) in &seen {
         assert_eq!(
             *order,
@@ -563,11 +580,18 @@ pub async fn a_long_poll_returns_as_soon_as_a_message_is_sent(fixture: &dyn Queu
 /// A long poll blocked behind a group's head wakes when the head is
 /// deleted.
 pub async fn a_long_poll_wakes_when_a_delete_unblocks_the_group(fixture: &dyn QueueFixture) {
-    let (q, _, _) = fresh(fixture).await;
+    const CASE: &str = "a_long_poll_wakes_when_a_delete_unblocks_the_group";
+    let (q, capabilities, _) = fresh(fixture).await;
     send(&*q, msg("aaaa", "a1")).await;
     send(&*q, msg("aaaa", "a2")).await;
     let head = receive(&*q, 1, WAIT).await.remove(0);
     assert_eq!(head.message.body, "a1");
+    if !capabilities.long_poll_sees_unblocked_groups {
+        skipped(CASE, "the wake; the next receive after the delete gets a2");
+        q.delete(&head.receipt).await.expect("delete");
+        assert_eq!(bodies(&receive(&*q, 1, WAIT).await), ["a2"]);
+        return;
+    }
     let poll = {
         let q = Arc::clone(&q);
         tokio::spawn(async move { q.receive(1, Duration::from_secs(5)).await.expect("receive") })

@@ -11,6 +11,8 @@
 //! - `codec`: the compact encodings the scripts write, read back.
 //! - [`ledger`]: the adapter: script calls, answers, error mapping.
 //! - [`pool`]: the connection pool.
+//! - [`persistence`]: whether the server keeps what it acknowledges
+//!   (`appendonly`, `appendfsync`), checked before a production sale.
 //!
 //! # Key layout
 //!
@@ -53,6 +55,7 @@ mod codec;
 pub mod coordination;
 pub mod keys;
 pub mod ledger;
+pub mod persistence;
 pub mod pool;
 mod scripts;
 

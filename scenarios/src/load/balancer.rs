@@ -1,0 +1,170 @@
+//! The load's view of the booking instances as a load balancer with health
+//! checks has it: a request to an instance marked down goes to the next
+//! live one; a connection error (refused, or the connection dropped before
+//! an answer: the instance died) marks its instance down and the request is
+//! sent again to a live one; a probe of `GET /healthz` every
+//! [`PROBE_EVERY`] brings a down instance back once it answers.
+//!
+//! Connection errors are counted apart from server errors, with the moment
+//! each was seen ([`super::LiveStats::connection_error`]), so a rehearsal
+//! that kills instances can tell the errors its kills caused from any other.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How often an instance marked down is probed.
+pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// One probe's time limit.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The booking instances and which are down.
+#[derive(Debug)]
+pub struct Balancer {
+    bases: Vec<String>,
+    down: Vec<AtomicBool>,
+}
+
+impl Balancer {
+    /// Every instance of `bases` (base URLs) up.
+    pub fn new(bases: &[String]) -> Balancer {
+        Balancer {
+            bases: bases
+                .iter()
+                .map(|b| b.trim_end_matches('/').to_owned())
+                .collect(),
+            down: bases.iter().map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// The instances' base URLs.
+    pub fn bases(&self) -> &[String] {
+        &self.bases
+    }
+
+    /// The instance `url` goes to, if it is one of them.
+    pub fn instance_of(&self, url: &str) -> Option<usize> {
+        self.bases.iter().position(|b| {
+            url.strip_prefix(b.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?']))
+        })
+    }
+
+    /// Whether instance `i` is marked down.
+    pub fn is_down(&self, i: usize) -> bool {
+        self.down.get(i).is_some_and(|d| d.load(Ordering::Acquire))
+    }
+
+    /// Marks instance `i` down; `true` if it was up.
+    pub fn mark_down(&self, i: usize) -> bool {
+        self.down
+            .get(i)
+            .is_some_and(|d| !d.swap(true, Ordering::AcqRel))
+    }
+
+    /// Marks instance `i` up; `true` if it was down.
+    pub fn mark_up(&self, i: usize) -> bool {
+        self.down
+            .get(i)
+            .is_some_and(|d| d.swap(false, Ordering::AcqRel))
+    }
+
+    /// The first live instance from `i` on (wrapping), `i` itself if it is
+    /// up; `None` if every instance is down.
+    pub fn live_from(&self, i: usize) -> Option<usize> {
+        let n = self.bases.len();
+        (0..n).map(|k| (i + k) % n).find(|j| !self.is_down(*j))
+    }
+
+    /// `url` (on instance `from`) sent to instance `to` instead.
+    pub fn rebase(&self, url: &str, from: usize, to: usize) -> String {
+        match url.strip_prefix(self.bases[from].as_str()) {
+            Some(rest) => format!("{}{rest}", self.bases[to]),
+            None => url.to_owned(),
+        }
+    }
+
+    /// The instances marked down now.
+    pub fn down_now(&self) -> Vec<usize> {
+        (0..self.bases.len()).filter(|i| self.is_down(*i)).collect()
+    }
+}
+
+/// Whether a failed request is a connection error: refused, or the
+/// connection closed or reset before an answer (not a timeout: an instance
+/// that hangs is not a dead one).
+pub fn is_connection_error(e: &goose_reqwest::Error) -> bool {
+    !e.is_timeout() && (e.is_connect() || e.is_request())
+}
+
+/// Probes the instances marked down every [`PROBE_EVERY`] and marks each up
+/// once its `GET /healthz` answers 200. Runs until dropped.
+pub async fn health_checks(balancer: std::sync::Arc<Balancer>, client: goose_reqwest::Client) {
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for i in balancer.down_now() {
+            let url = format!("{}/healthz", balancer.bases[i]);
+            let answered = client
+                .get(&url)
+                .timeout(PROBE_TIMEOUT)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().as_u16() == 200);
+            if answered && balancer.mark_up(i) {
+                tracing::info!(instance = i, "health check: instance answers again");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn balancer() -> Balancer {
+        Balancer::new(&[
+            "http://127.0.0.1:1/".to_owned(),
+            "http://127.0.0.1:2".to_owned(),
+            "http://127.0.0.1:3".to_owned(),
+        ])
+    }
+
+    #[test]
+    fn urls_are_matched_to_their_instance() {
+        let b = balancer();
+        assert_eq!(b.instance_of("http://127.0.0.1:1/bookings"), Some(0));
+        assert_eq!(
+            b.instance_of("http://127.0.0.1:2/payment/callback?paymentID=x"),
+            Some(1)
+        );
+        assert_eq!(b.instance_of("http://127.0.0.1:3"), Some(2));
+        assert_eq!(
+            b.instance_of("http://127.0.0.1:10/bookings"),
+            None,
+            "a port prefix is not a match"
+        );
+        assert_eq!(b.instance_of("http://gw/checkout/1"), None);
+    }
+
+    #[test]
+    fn requests_to_a_down_instance_go_to_the_next_live_one() {
+        let b = balancer();
+        assert_eq!(b.live_from(1), Some(1));
+        assert!(b.mark_down(1));
+        assert!(!b.mark_down(1), "already down");
+        assert_eq!(b.live_from(1), Some(2));
+        assert!(b.mark_down(2));
+        assert_eq!(b.live_from(1), Some(0), "wraps");
+        assert!(b.mark_down(0));
+        assert_eq!(b.live_from(0), None);
+        assert_eq!(b.down_now(), vec![0, 1, 2]);
+        assert!(b.mark_up(2));
+        assert!(!b.mark_up(2));
+        assert_eq!(b.live_from(0), Some(2));
+        assert_eq!(
+            b.rebase("http://127.0.0.1:2/payment/callback?paymentID=x", 1, 2),
+            "http://127.0.0.1:3/payment/callback?paymentID=x"
+        );
+    }
+}
