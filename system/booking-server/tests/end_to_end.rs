@@ -252,7 +252,7 @@ async fn a_rehearsal_holds_every_invariant_and_releases_abandoned_seats() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rehearsal_on_redis_holds_every_invariant_and_releases_abandoned_seats() {
-    let redis = RedisServer::start();
+    let redis = RedisServer::start_with(&["--appendonly", "yes"]);
     let stack = StackConfig {
         kind: StackKind::Redis,
         redis_url: redis.url(),
@@ -265,7 +265,7 @@ async fn a_rehearsal_on_redis_holds_every_invariant_and_releases_abandoned_seats
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rehearsal_on_aws_holds_every_invariant_and_fills_the_back_office() {
-    let redis = RedisServer::start();
+    let redis = RedisServer::start_with(&["--appendonly", "yes"]);
     let local = booking_aws_local::LocalAws::start().await.unwrap();
     let id = format!("{:016x}", rand::random::<u64>());
     let postgres = std::env::var("SELLOUT_TEST_POSTGRES_URL")
