@@ -370,7 +370,9 @@ impl Fleet {
                 kind: profile.stack.kind,
                 redis_url,
                 redis_pool_size: profile.stack.redis_pool_size,
+                postgres_url: profile.stack.postgres_url.clone(),
                 aws: profile.stack.aws.clone(),
+                ..StackConfig::default()
             },
             settings: booking::Settings {
                 hold: Duration::from_millis(profile.hold_ms),
@@ -386,11 +388,12 @@ impl Fleet {
         config.gateway.base_url = mock.url.clone();
         config.webhook.loopback_sns_port = Some(mock.addr.port());
         config.webhook.topic_arns = Some(vec![topic]);
+        // a back office of the run's own (its rows have no clear operation)
+        config.stack.postgres_schema = config.key_prefix.replace('-', "_");
         if profile.stack.kind == StackKind::Aws {
-            // fresh resources per run: records, queues and the back office
-            // have no clear operation (see ops::reset)
+            // fresh resources per run: records and queues have no clear
+            // operation (see ops::reset)
             config.stack.aws.prefix = config.key_prefix.clone();
-            config.stack.aws.postgres_schema = config.key_prefix.replace('-', "_");
             booking_server::provision(&config, false)
                 .await
                 .map_err(|e| FleetError::Invalid(format!("provisioning: {e}")))?;
@@ -655,8 +658,8 @@ impl Fleet {
             counters: Some(counters),
             queued: depth.visible + depth.in_flight,
             dead_letters: dead.len() as u64,
-            emails: s.embedded.mailer.sent().len() as u64,
-            alerts: s.embedded.alerts.raised().len() as u64,
+            emails: s.outputs.sent_mail().await.map_err(|e| read(&e))?.len() as u64,
+            alerts: s.outputs.alerts_raised().await.map_err(|e| read(&e))?.len() as u64,
             ..Snapshot::default()
         };
         for r in records.iter().filter(|r| r.sale == self.sale) {
@@ -685,8 +688,13 @@ impl Fleet {
             }
         }
         if with_status_peaks {
-            let since = s.reset_at_ms.load(std::sync::atomic::Ordering::SeqCst);
-            for w in s.embedded.sink.writes().iter().filter(|w| w.at_ms >= since) {
+            let since = s.reset_at_ms().await.map_err(|e| read(&e))?;
+            for w in s
+                .outputs
+                .status_writes(since)
+                .await
+                .map_err(|e| read(&e))?
+            {
                 if let Ok(doc) = booking::StatusDocument::from_json(&w.document) {
                     for l in &doc.levels {
                         let e = snap.status_peaks.entry(l.level.to_string()).or_default();

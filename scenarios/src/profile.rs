@@ -64,6 +64,9 @@ pub struct StackProfile {
     pub redis_url: String,
     /// Redis connections per instance.
     pub redis_pool_size: usize,
+    /// The back office (`kind = "redis"` or `"aws"`): PostgreSQL, in a
+    /// schema of the run's own.
+    pub postgres_url: Option<String>,
     /// The AWS side (`kind = "aws"`); the fleet provisions it under a
     /// per-run prefix (the configured prefix is replaced).
     pub aws: booking_server::config::AwsStackConfig,
@@ -75,6 +78,7 @@ impl Default for StackProfile {
             kind: StackKind::Embedded,
             redis_url: "redis://127.0.0.1:6379".to_owned(),
             redis_pool_size: booking::settings::REDIS_POOL_SIZE,
+            postgres_url: None,
             aws: booking_server::config::AwsStackConfig::default(),
         }
     }

@@ -15,7 +15,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -156,23 +155,29 @@ fn swapped(
     records: Option<Arc<EmbeddedRecords>>,
 ) -> Server {
     let mut stack = (*old.stack).clone();
-    let mut embedded: Embedded = old.embedded.clone();
+    let mut embedded: Option<Embedded> = old.embedded.clone();
+    let mut ttl = old.ttl.clone();
     if let Some(l) = ledger {
         stack.ledger = l;
     }
     if let Some(r) = records {
         stack.records = r.clone();
         stack.stream = r.clone();
-        embedded.records = r;
+        ttl = Some(r.clone());
+        if let Some(e) = embedded.as_mut() {
+            e.records = r;
+        }
     }
     Server {
         stack: Arc::new(stack),
+        outputs: old.outputs.clone(),
+        local_outputs: old.local_outputs.clone(),
+        ttl,
         embedded,
         config: old.config.clone(),
         instance: old.instance.clone(),
         status: old.status.clone(),
         bkash: old.bkash.clone(),
-        reset_at_ms: AtomicU64::new(old.reset_at_ms.load(Ordering::SeqCst)),
     }
 }
 

@@ -41,7 +41,7 @@ async fn the_ci_profile_rehearses_green_on_aws_and_fills_the_back_office() {
         .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".to_owned());
     profile.stack.kind = StackKind::Aws;
     profile.stack.aws.sdk = local.settings();
-    profile.stack.aws.postgres_url = Some(postgres.clone());
+    profile.stack.postgres_url = Some(postgres.clone());
     profile.stack.aws.allow_unsupported_settings = true;
     let outcome = rehearse(&profile, Progress::Quiet).await.unwrap();
     let report = &outcome.report;

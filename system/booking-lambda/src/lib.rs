@@ -88,7 +88,7 @@ pub async fn expiry_handler(config: &ServerConfig) -> anyhow::Result<Arc<dyn Bat
 pub async fn sync_handler(config: &ServerConfig) -> anyhow::Result<Arc<dyn BatchHandler>> {
     let office = booking_server::build::back_office(config)
         .await?
-        .ok_or_else(|| anyhow::anyhow!("no back office configured (stack.aws.postgres_url)"))?;
+        .ok_or_else(|| anyhow::anyhow!("no back office configured (stack.postgres_url)"))?;
     Ok(Arc::new(booking_postgres::SyncHandler::new(office)))
 }
 

@@ -11,7 +11,6 @@
 //! does), and the rehearsal raises expected ones.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 use booking::StatusDocument;
 use booking::records::BookingRecord;
@@ -53,8 +52,8 @@ pub async fn gather(
         .into_iter()
         .map(|m| (m.group_id, m.deduplication_id))
         .collect();
-    let back_office = if server.config.stack.kind == crate::config::StackKind::Aws
-        && server.config.stack.aws.postgres_url.is_some()
+    let back_office = if server.config.stack.kind != crate::config::StackKind::Embedded
+        && server.config.stack.postgres_url.is_some()
     {
         Some(read_back_office(server, &records).await)
     } else {
@@ -69,12 +68,12 @@ pub async fn gather(
         queue: Some(stack.queue.depth().await?),
         dead_letters: Some(dead_letters),
         throttles: Some(stack.records.throttles().await?),
-        emails: server.embedded.mailer.sent(),
+        emails: server.outputs.sent_mail().await?,
         alerts: None,
         status: Some(CurrentStatus {
-            document: current_document(server),
+            document: current_document(server).await?,
         }),
-        landed: Some(landed(server)),
+        landed: Some(landed(server).await?),
         gateway: gateway.cloned(),
         hold_ms: stack.settings.hold.as_millis() as u64,
         back_office,
@@ -96,29 +95,30 @@ pub(crate) async fn sale_records(server: &Server) -> Result<Vec<BookingRecord>, 
 }
 
 /// The status document the sink holds now, if it reads as one.
-pub(crate) fn current_document(server: &Server) -> Option<StatusDocument> {
-    server
-        .embedded
-        .sink
-        .current()
-        .and_then(|b| StatusDocument::from_json(&b).ok())
+pub(crate) async fn current_document(
+    server: &Server,
+) -> Result<Option<StatusDocument>, OpsError> {
+    Ok(server
+        .stack
+        .status_sink
+        .get()
+        .await?
+        .and_then(|b| StatusDocument::from_json(&b).ok()))
 }
 
-/// This sale's status writes since the last reset, in landing order.
-fn landed(server: &Server) -> LandedStatus {
-    let since = server.reset_at_ms.load(Ordering::SeqCst);
+/// This sale's status writes since the last reset, in landing order, by
+/// every instance whose writes the output log holds.
+async fn landed(server: &Server) -> Result<LandedStatus, OpsError> {
+    let since = server.reset_at_ms().await?;
     let mut out = LandedStatus::default();
-    for w in server.embedded.sink.writes() {
-        if w.at_ms < since {
-            continue;
-        }
+    for w in server.outputs.status_writes(since).await? {
         match StatusDocument::from_json(&w.document) {
             Ok(doc) if doc.sale == server.stack.sale => out.documents.push((w.at_ms, doc)),
             Ok(_) => {}
             Err(_) => out.unreadable_at_ms.push(w.at_ms),
         }
     }
-    out
+    Ok(out)
 }
 
 /// The back office's rows of this sale, read again until they match the

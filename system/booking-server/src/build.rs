@@ -1,31 +1,52 @@
-//! Wiring: a [`ServerConfig`] becomes a [`booking_api::Stack`] of ports, plus
-//! handles on the embedded parts that the audit and the tests read (the
-//! record store's throttles and TTL sweep, the outbox, the status writes).
+//! Wiring: a [`ServerConfig`] becomes a [`booking_api::Stack`] of ports, the
+//! [`OutputLog`] the audit reads the outputs back from, and the TTL service
+//! the instance runs.
 //!
-//! The seat ledger and coordination are embedded or on Redis; records, queue
-//! and the status document are embedded, or on AWS (`kind = "aws"`: DynamoDB,
-//! SQS, S3), where every status write also lands in the embedded sink, whose
-//! history the audit reads. Mail and alerts stay embedded. The gateway is
-//! always the bKash client, with its fleet-shared token in coordination.
+//! Where each piece of state lives, per stack (ARCHITECTURE.md has the table):
+//! - `embedded`: everything in this process (in-process instances of one
+//!   fleet share it through [`build_sharing`]);
+//! - `redis`: everything on Redis: ledger and coordination
+//!   (`booking-redis`), records and their change stream
+//!   (`booking-redis-records`), the queue (`booking-redis-queue`), the
+//!   sent-mail log, alerts and the status document
+//!   (`booking-redis-outputs`); the back office on PostgreSQL. Nothing in a
+//!   process that another instance needs: a kill -9 loses nothing
+//!   acknowledged;
+//! - `aws`: ledger and coordination on Redis, records and stream on
+//!   DynamoDB, the queue on SQS FIFO, the status document on S3 (every write
+//!   also kept in this process's history for the audit), mail and alerts in
+//!   this process.
+//!
+//! The gateway is always the bKash client, with its fleet-shared token in
+//! coordination.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
+use booking::records::{BookingRecord, RecordError};
 use booking::{
-    Alerts, ChangeStream, Clock, Coordination, Ledger, Level, Mailer, Queue, RecordStore,
-    StatusSink, StatusWriter, SystemClock,
+    Alerts, ChangeStream, Clock, Coordination, Ledger, Level, Mailer, OutputLog, Queue,
+    RecordStore, StatusSink, StatusWriter, SystemClock,
 };
 use booking_api::Stack;
 use booking_bkash::{BkashConfig, BkashGateway, Credentials};
 use booking_embedded::coordination::EmbeddedCoordination;
 use booking_embedded::ledger::EmbeddedLedger;
-use booking_embedded::outputs::{AlertLog, ObjectSink, OutboxMailer};
+use booking_embedded::outputs::{AlertLog, EmbeddedOutputs, ObjectSink, OutboxMailer};
 use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
 use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
-use booking_redis::{RedisCoordination, RedisLedger};
+use booking_redis::persistence::{self, Persistence};
+use booking_redis::{KeyPrefix, RedisCoordination, RedisLedger};
+use booking_redis_outputs::RedisOutputs;
+use booking_redis_queue::RedisQueue;
+use booking_redis_records::{RedisRecords, RedisRecordsConfig};
 
-use crate::config::{ConfigError, ServerConfig, StackKind};
+use crate::config::{ConfigError, Environment, PersistenceCheck, ServerConfig, StackKind};
+
+/// Connections of each Redis adapter beside the ledger (records, queue,
+/// outputs) at most: multiplexed, each carries many calls at once, and the
+/// ledger's pool (the article's 300) is the one the rush waits on.
+pub const ADAPTER_POOL_MAX: usize = 64;
 
 /// Why the stack could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +69,13 @@ pub enum BuildError {
     /// The back office could not be reached or migrated.
     #[error("back office: {0}")]
     BackOffice(#[from] booking_postgres::BackOfficeError),
+    /// A Redis adapter (records, queue, outputs) could not connect.
+    #[error("redis {0}: {1}")]
+    RedisAdapter(&'static str, String),
+    /// The Redis server does not keep what it acknowledges, for a
+    /// production sale (or its persistence cannot be read).
+    #[error("redis persistence: {0}")]
+    Persistence(String),
 }
 
 /// A status sink that writes to S3 and keeps every write in the embedded
@@ -102,8 +130,10 @@ pub async fn aws_adapters(
 /// What `booking provision` did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Provisioned {
-    /// Every AWS setting looked at.
-    pub aws: booking_aws::ProvisionReport,
+    /// Every AWS setting looked at (`--stack aws`).
+    pub aws: Option<booking_aws::ProvisionReport>,
+    /// The Redis server's persistence and what it can lose (`--stack redis`).
+    pub redis: Option<RedisProvisioned>,
     /// The back office's migrations applied now (none: up to date, or no
     /// back office configured).
     pub migrations_applied: Vec<i32>,
@@ -121,19 +151,84 @@ pub enum ProvisionFailed {
     /// The back office refused.
     #[error("back office: {0}")]
     BackOffice(#[from] booking_postgres::BackOfficeError),
+    /// The Redis server does not keep what it acknowledges (production), or
+    /// its persistence cannot be read.
+    #[error("redis persistence: {0}")]
+    Persistence(String),
 }
 
-/// `booking provision`: the AWS resources of `config` made or brought to the
-/// design, and the back office migrated. Idempotent.
+/// The Redis side of `booking provision`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RedisProvisioned {
+    /// `appendonly`, `appendfsync`, `save` as the server reports them
+    /// (`None`: checked out of band).
+    pub persistence: Option<Persistence>,
+    /// What the operator should know (e.g. what `everysec` can lose).
+    pub warnings: Vec<String>,
+}
+
+/// Reads the Redis server's persistence and judges it for this sale: a
+/// production sale refuses a server that does not keep what it
+/// acknowledged; a rehearsal is warned. `out_of_band` skips the read (a
+/// managed server with `CONFIG` disabled).
+pub async fn redis_persistence(config: &ServerConfig) -> Result<RedisProvisioned, String> {
+    if config.stack.redis_persistence == PersistenceCheck::OutOfBand {
+        return Ok(RedisProvisioned {
+            persistence: None,
+            warnings: vec![
+                "redis persistence checked out of band (stack.redis_persistence = \"out_of_band\")"
+                    .into(),
+            ],
+        });
+    }
+    let production = config.environment == Environment::Production;
+    let found = persistence::read(&config.stack.redis_url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let warnings = persistence::check(&found, production).map_err(|e| e.to_string())?;
+    Ok(RedisProvisioned {
+        persistence: Some(found),
+        warnings: warnings.iter().map(ToString::to_string).collect(),
+    })
+}
+
+/// `booking provision`: on AWS, the resources of `config` made or brought
+/// to the design; on Redis, the server's persistence checked; on both, the
+/// back office migrated. Idempotent.
 pub async fn provision(
     config: &ServerConfig,
     allow_unsupported: bool,
 ) -> Result<Provisioned, ProvisionFailed> {
     config.validate()?;
-    if config.stack.kind != StackKind::Aws {
-        return Err(
-            ConfigError::Invalid("provision is for the AWS stack (--stack aws)".into()).into(),
-        );
+    let migrate = || async {
+        Ok::<_, ProvisionFailed>(match &config.stack.postgres_url {
+            Some(url) => {
+                booking_postgres::BackOffice::connect(url, &config.stack.postgres_schema)
+                    .await?
+                    .migrate()
+                    .await?
+            }
+            None => Vec::new(),
+        })
+    };
+    match config.stack.kind {
+        StackKind::Embedded => {
+            return Err(ConfigError::Invalid(
+                "provision is for a shared stack (--stack redis or --stack aws)".into(),
+            )
+            .into());
+        }
+        StackKind::Redis => {
+            let redis = redis_persistence(config)
+                .await
+                .map_err(ProvisionFailed::Persistence)?;
+            return Ok(Provisioned {
+                aws: None,
+                redis: Some(redis),
+                migrations_applied: migrate().await?,
+            });
+        }
+        StackKind::Aws => {}
     }
     let aws = &config.stack.aws;
     let resources = booking_aws::Resources::named(&aws.prefix).map_err(ConfigError::Invalid)?;
@@ -144,18 +239,10 @@ pub async fn provision(
         allow_unsupported: allow_unsupported || aws.allow_unsupported_settings,
     };
     let report = booking_aws::provision(&clients, &resources, &options).await?;
-    let migrations_applied = match &aws.postgres_url {
-        Some(url) => {
-            booking_postgres::BackOffice::connect(url, &aws.postgres_schema)
-                .await?
-                .migrate()
-                .await?
-        }
-        None => Vec::new(),
-    };
     Ok(Provisioned {
-        aws: report,
-        migrations_applied,
+        aws: Some(report),
+        redis: None,
+        migrations_applied: migrate().await?,
     })
 }
 
@@ -163,37 +250,65 @@ pub async fn provision(
 pub async fn back_office(
     config: &ServerConfig,
 ) -> Result<Option<Arc<booking_postgres::BackOffice>>, BuildError> {
-    let aws = &config.stack.aws;
-    let Some(url) = &aws.postgres_url else {
+    let Some(url) = &config.stack.postgres_url else {
         return Ok(None);
     };
-    let office = booking_postgres::BackOffice::connect(url, &aws.postgres_schema).await?;
+    let office =
+        booking_postgres::BackOffice::connect(url, &config.stack.postgres_schema).await?;
     office.migrate().await?;
     Ok(Some(Arc::new(office)))
 }
 
-/// The embedded parts of a stack, as their concrete types.
+/// The embedded stack's in-process backends, as their concrete types (the
+/// tests reach into them; in-process instances of one fleet share them).
 #[derive(Debug, Clone)]
 pub struct Embedded {
     /// The record store (its TTL sweep and throttle counts).
     pub records: Arc<EmbeddedRecords>,
     /// The queue.
     pub queue: Arc<EmbeddedQueue>,
-    /// The confirmation outbox.
-    pub mailer: Arc<OutboxMailer>,
-    /// The alert log.
-    pub alerts: Arc<AlertLog>,
-    /// The status document and every version of it.
-    pub sink: Arc<ObjectSink>,
 }
 
-/// A built server: the API's stack, the embedded handles, the configuration.
+/// The TTL service a stack runs in its instances: the embedded store's
+/// late sweep, or Redis's sorted set of deadlines swept by one leader at a
+/// time. DynamoDB runs its own (none here).
+#[async_trait::async_trait]
+pub trait TtlService: Send + Sync + std::fmt::Debug {
+    /// Deletes up to `limit` expired HELD records with the TTL service's
+    /// identity on their stream records; returns them.
+    async fn sweep(&self, limit: usize) -> Result<Vec<BookingRecord>, RecordError>;
+}
+
+#[async_trait::async_trait]
+impl TtlService for EmbeddedRecords {
+    async fn sweep(&self, limit: usize) -> Result<Vec<BookingRecord>, RecordError> {
+        Ok(self.sweep_ttl(limit))
+    }
+}
+
+#[async_trait::async_trait]
+impl TtlService for RedisRecords {
+    async fn sweep(&self, limit: usize) -> Result<Vec<BookingRecord>, RecordError> {
+        self.sweep_ttl(limit).await
+    }
+}
+
+/// A built server: the API's stack, where its outputs are read back, its
+/// TTL service, the configuration.
 #[derive(Debug)]
 pub struct Server {
     /// What every handler and service shares.
     pub stack: Arc<Stack>,
-    /// The embedded parts.
-    pub embedded: Embedded,
+    /// Mail, alerts and status writes read back (the whole deployment's on
+    /// Redis; this process's on the embedded and AWS stacks).
+    pub outputs: Arc<dyn OutputLog>,
+    /// This process's outputs, on the stacks that keep them in process
+    /// (embedded, AWS): tests make them fail on purpose.
+    pub local_outputs: Option<EmbeddedOutputs>,
+    /// The TTL service this instance runs (none on AWS).
+    pub ttl: Option<Arc<dyn TtlService>>,
+    /// The embedded stack's backends (none on Redis and AWS).
+    pub embedded: Option<Embedded>,
     /// The configuration it was built from.
     pub config: ServerConfig,
     /// This instance's id (reconciler lock owner, status writer id).
@@ -202,15 +317,28 @@ pub struct Server {
     pub status: Arc<StatusWriter>,
     /// The gateway client of this instance (its token calls for `/metrics`).
     pub bkash: Arc<BkashGateway>,
-    /// When the sale was last reset, ms (0: not since start); the audit
-    /// looks at status writes from then on.
-    pub reset_at_ms: AtomicU64,
 }
 
 impl Server {
     /// Levels and caps, as `reset` sets them.
     pub fn caps(&self) -> Vec<(Level, u32)> {
         self.config.caps()
+    }
+
+    /// The coordination key where the sale's last reset time lives: shared
+    /// by every instance, so the audit of any of them reads status writes
+    /// from the same moment.
+    pub fn reset_key(&self) -> String {
+        format!(
+            "{}:{{sale:{}}}:reset_at_ms",
+            self.stack.prefix, self.stack.sale
+        )
+    }
+
+    /// When the sale was last reset, ms (0: never).
+    pub async fn reset_at_ms(&self) -> Result<u64, booking::CoordinationError> {
+        let v = self.stack.coordination.get(&self.reset_key()).await?;
+        Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 }
 
@@ -225,11 +353,11 @@ pub async fn build(config: &ServerConfig, public_url: &str) -> Result<Server, Bu
     build_with(config, public_url, None).await
 }
 
-/// Builds another instance of `first`'s fleet, serving under `public_url`:
-/// in one process, the embedded parts (ledger and coordination too, on the
-/// embedded stack) are `first`'s own, so the instances share one sale as
-/// separate processes share one Redis and one AWS account. On Redis, the
-/// ledger and coordination are new connections to the same server. Each
+/// Builds another instance of `first`'s fleet, serving under `public_url`.
+/// On the embedded stack, in one process, the backends are `first`'s own,
+/// so the instances share one sale as separate processes share one Redis.
+/// On Redis, every part is new connections to the same server, as another
+/// process would open; on AWS, the stateless clients are shared. Each
 /// instance keeps its own id, status writer, gateway client and token cache
 /// reader, as separate processes would.
 pub async fn build_sharing(
@@ -238,6 +366,171 @@ pub async fn build_sharing(
     first: &Server,
 ) -> Result<Server, BuildError> {
     build_with(config, public_url, Some(first)).await
+}
+
+/// The ports that differ per stack.
+struct Parts {
+    records: Arc<dyn RecordStore>,
+    stream: Arc<dyn ChangeStream>,
+    queue: Arc<dyn Queue>,
+    mailer: Arc<dyn Mailer>,
+    alerts: Arc<dyn Alerts>,
+    status_sink: Arc<dyn StatusSink>,
+    outputs: Arc<dyn OutputLog>,
+    local_outputs: Option<EmbeddedOutputs>,
+    ttl: Option<Arc<dyn TtlService>>,
+    embedded: Option<Embedded>,
+}
+
+fn local_outputs(clock: &Arc<dyn Clock>) -> EmbeddedOutputs {
+    EmbeddedOutputs {
+        mailer: Arc::new(OutboxMailer::new()),
+        alerts: Arc::new(AlertLog::new()),
+        sink: Arc::new(ObjectSink::new(clock.clone())),
+    }
+}
+
+fn embedded_parts(
+    config: &ServerConfig,
+    clock: &Arc<dyn Clock>,
+    first: Option<&Server>,
+) -> Parts {
+    let settings = config.effective_settings();
+    let (embedded, outputs) = match first
+        .and_then(|f| f.embedded.clone().zip(f.local_outputs.clone()))
+    {
+        Some(shared) => shared,
+        None => (
+            Embedded {
+                records: Arc::new(EmbeddedRecords::new(
+                    clock.clone(),
+                    RecordsConfig {
+                        bugs: settings.bugs.clone(),
+                        // late like DynamoDB's: the reconciler, which looks a
+                        // sweep window ahead, always decides first
+                        ttl_delay_ms: settings.sweep_window.as_millis() as u64,
+                        ..RecordsConfig::default()
+                    },
+                )),
+                queue: Arc::new(EmbeddedQueue::new(
+                    clock.clone(),
+                    QueueConfig::from_settings(&settings),
+                )),
+            },
+            local_outputs(clock),
+        ),
+    };
+    Parts {
+        records: embedded.records.clone(),
+        stream: embedded.records.clone(),
+        queue: embedded.queue.clone(),
+        mailer: outputs.mailer.clone(),
+        alerts: outputs.alerts.clone(),
+        status_sink: outputs.sink.clone(),
+        outputs: Arc::new(outputs.clone()),
+        local_outputs: Some(outputs),
+        ttl: Some(embedded.records.clone()),
+        embedded: Some(embedded),
+    }
+}
+
+async fn redis_parts(config: &ServerConfig, clock: &Arc<dyn Clock>) -> Result<Parts, BuildError> {
+    let settings = config.effective_settings();
+    let url = &config.stack.redis_url;
+    let pool = config.redis_pool_size().min(ADAPTER_POOL_MAX);
+    let prefix = KeyPrefix::parse(&config.key_prefix)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let sale = &config.sale;
+    let records = RedisRecords::connect(
+        url,
+        pool,
+        &prefix,
+        sale,
+        clock.clone(),
+        RedisRecordsConfig {
+            bugs: settings.bugs.clone(),
+            // late like DynamoDB's, as the embedded store's
+            ttl_delay_ms: settings.sweep_window.as_millis() as u64,
+            ..RedisRecordsConfig::default()
+        },
+    )
+    .await
+    .map_err(|e| BuildError::RedisAdapter("records", e.to_string()))?;
+    let queue = RedisQueue::connect(
+        url,
+        pool,
+        &prefix,
+        sale,
+        clock.clone(),
+        QueueConfig::from_settings(&settings),
+    )
+    .await
+    .map_err(|e| BuildError::RedisAdapter("queue", e.to_string()))?;
+    let outputs = RedisOutputs::connect(url, pool, &prefix, sale, clock.clone())
+        .await
+        .map_err(|e| BuildError::RedisAdapter("outputs", e.to_string()))?;
+    let (r, q, o) = tokio::join!(records.warm(pool), queue.warm(pool), outputs.warm(pool));
+    tracing::info!(records = r, queue = q, outputs = o, "redis adapter pools warmed");
+    let records = Arc::new(records);
+    let outputs = Arc::new(outputs);
+    Ok(Parts {
+        records: records.clone(),
+        stream: records.clone(),
+        queue: Arc::new(queue),
+        mailer: outputs.clone(),
+        alerts: outputs.clone(),
+        status_sink: outputs.clone(),
+        outputs,
+        local_outputs: None,
+        ttl: Some(records),
+        embedded: None,
+    })
+}
+
+async fn aws_parts(
+    config: &ServerConfig,
+    clock: &Arc<dyn Clock>,
+    first: Option<&Server>,
+) -> Result<Parts, BuildError> {
+    // one process's instances share the adapters (stateless clients; the
+    // throttle counts and queue ages then cover the whole fleet) and the
+    // process's outputs
+    if let Some(f) = first {
+        if let Some(outputs) = f.local_outputs.clone() {
+            return Ok(Parts {
+                records: f.stack.records.clone(),
+                stream: f.stack.stream.clone(),
+                queue: f.stack.queue.clone(),
+                mailer: f.stack.mailer.clone(),
+                alerts: f.stack.alerts.clone(),
+                status_sink: f.stack.status_sink.clone(),
+                outputs: Arc::new(outputs.clone()),
+                local_outputs: Some(outputs),
+                ttl: None,
+                embedded: None,
+            });
+        }
+    }
+    let outputs = local_outputs(clock);
+    let aws = aws_adapters(config, clock.clone()).await?;
+    let stream = Arc::new(aws.stream().await?);
+    // a fresh database gets its schema before the first sync
+    back_office(config).await?;
+    Ok(Parts {
+        records: aws.records.clone(),
+        stream,
+        queue: aws.queue.clone(),
+        mailer: outputs.mailer.clone(),
+        alerts: outputs.alerts.clone(),
+        status_sink: Arc::new(RecordedSink {
+            primary: aws.status.clone(),
+            history: outputs.sink.clone(),
+        }),
+        outputs: Arc::new(outputs.clone()),
+        local_outputs: Some(outputs),
+        ttl: None,
+        embedded: None,
+    })
 }
 
 async fn build_with(
@@ -267,27 +560,22 @@ async fn build_with(
             (Arc::new(ledger), Arc::new(coordination))
         }
     };
-    let embedded = match first {
-        Some(f) => f.embedded.clone(),
-        None => Embedded {
-            records: Arc::new(EmbeddedRecords::new(
-                clock.clone(),
-                RecordsConfig {
-                    bugs: settings.bugs.clone(),
-                    // late like DynamoDB's: the reconciler, which looks a
-                    // sweep window ahead, always decides first
-                    ttl_delay_ms: settings.sweep_window.as_millis() as u64,
-                    ..RecordsConfig::default()
-                },
-            )),
-            queue: Arc::new(EmbeddedQueue::new(
-                clock.clone(),
-                QueueConfig::from_settings(&settings),
-            )),
-            mailer: Arc::new(OutboxMailer::new()),
-            alerts: Arc::new(AlertLog::new()),
-            sink: Arc::new(ObjectSink::new(clock.clone())),
-        },
+    let parts = match config.stack.kind {
+        StackKind::Embedded => embedded_parts(config, &clock, first),
+        StackKind::Redis => {
+            let judged = redis_persistence(config)
+                .await
+                .map_err(BuildError::Persistence)?;
+            for warning in &judged.warnings {
+                tracing::warn!(%warning, "redis persistence");
+            }
+            if config.stack.postgres_url.is_some() {
+                // a fresh database gets its schema before the first sync
+                back_office(config).await?;
+            }
+            redis_parts(config, &clock).await?
+        }
+        StackKind::Aws => aws_parts(config, &clock, first).await?,
     };
     let g = &config.gateway;
     let gateway = BkashGateway::connect(
@@ -317,36 +605,6 @@ async fn build_with(
         .iter()
         .map(|l| (l.level.clone(), l.price.clone()))
         .collect();
-    let mailer: Arc<dyn Mailer> = embedded.mailer.clone();
-    let alerts: Arc<dyn Alerts> = embedded.alerts.clone();
-    let mut status_sink: Arc<dyn StatusSink> = embedded.sink.clone();
-    let mut records: Arc<dyn RecordStore> = embedded.records.clone();
-    let mut stream: Arc<dyn ChangeStream> = embedded.records.clone();
-    let mut queue: Arc<dyn Queue> = embedded.queue.clone();
-    if config.stack.kind == StackKind::Aws {
-        match first {
-            // one process's instances share the adapters (stateless clients;
-            // the throttle counts and queue ages then cover the whole fleet)
-            Some(f) => {
-                records = f.stack.records.clone();
-                stream = f.stack.stream.clone();
-                queue = f.stack.queue.clone();
-                status_sink = f.stack.status_sink.clone();
-            }
-            None => {
-                let aws = aws_adapters(config, clock.clone()).await?;
-                records = aws.records.clone();
-                stream = Arc::new(aws.stream().await?);
-                queue = aws.queue.clone();
-                status_sink = Arc::new(RecordedSink {
-                    primary: aws.status.clone(),
-                    history: embedded.sink.clone(),
-                });
-                // a fresh database gets its schema before the first sync
-                back_office(config).await?;
-            }
-        }
-    }
     let stack = Arc::new(Stack {
         sale: config.sale.clone(),
         prefix: config.key_prefix.clone(),
@@ -354,14 +612,14 @@ async fn build_with(
         prices,
         public_url: public_url.trim_end_matches('/').to_owned(),
         ledger: ledger.clone(),
-        records,
-        stream,
-        queue,
+        records: parts.records,
+        stream: parts.stream,
+        queue: parts.queue,
         coordination: coordination.clone(),
         gateway: gateway.clone(),
-        mailer,
-        alerts,
-        status_sink: status_sink.clone(),
+        mailer: parts.mailer,
+        alerts: parts.alerts,
+        status_sink: parts.status_sink.clone(),
         clock: clock.clone(),
         entropy: Arc::new(booking::OsEntropy),
         webhook_trust,
@@ -373,7 +631,7 @@ async fn build_with(
             &config.key_prefix,
             ledger,
             coordination,
-            status_sink,
+            parts.status_sink,
             clock,
         )
         .with_throttle(settings.status_throttle)
@@ -382,11 +640,13 @@ async fn build_with(
     );
     Ok(Server {
         stack,
-        embedded,
+        outputs: parts.outputs,
+        local_outputs: parts.local_outputs,
+        ttl: parts.ttl,
+        embedded: parts.embedded,
         config: config.clone(),
         instance,
         status,
         bkash: gateway,
-        reset_at_ms: AtomicU64::new(0),
     })
 }

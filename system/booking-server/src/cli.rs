@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! booking serve [--config FILE] [flags]
-//! booking provision [--config FILE] [flags] [--allow-unsupported]   # AWS resources + back-office schema
+//! booking provision [--config FILE] [flags] [--allow-unsupported]   # AWS resources or Redis persistence check + back-office schema
 //! booking [--server URL] [--token T] reset
 //! booking [--server URL] load-candidates FILE   # one id or hash per line, or a JSON list; - for stdin
 //! booking [--server URL] open | close | status

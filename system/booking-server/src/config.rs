@@ -18,10 +18,11 @@
 //! kind = "embedded"           # or "redis", or "aws"
 //! redis_url = "redis://127.0.0.1:6379"
 //! redis_pool_size = 300
+//! postgres_url = "host=127.0.0.1 user=postgres dbname=sellout"   # the back office (redis, aws)
+//! redis_persistence = "checked"  # or "out_of_band" where CONFIG is disabled (managed Redis)
 //!
 //! [stack.aws]                 # kind = "aws"
 //! prefix = "sellout"          # sellout-bookings, sellout-admissions.fifo, …
-//! postgres_url = "host=127.0.0.1 user=postgres dbname=sellout"
 //! stream_mappings = true      # false when the Lambda functions run the handlers
 //! [stack.aws.sdk]
 //! region = "ap-southeast-1"   # else the SDK's standard configuration
@@ -115,8 +116,10 @@ pub enum StackKind {
     /// Everything in process: nothing to install.
     #[default]
     Embedded,
-    /// The seat ledger and coordination on Redis; records, queue and outputs
-    /// embedded.
+    /// Self-hosted: everything shared on Redis (the seat ledger,
+    /// coordination, the records and their change stream, the queue, the
+    /// sent-mail log, alerts and the status document), the back office on
+    /// PostgreSQL. No instance keeps state another needs.
     Redis,
     /// Production's: the seat ledger and coordination on Redis, the records
     /// and their stream on DynamoDB, the queue on SQS FIFO, `status.json` on
@@ -134,15 +137,9 @@ pub struct AwsStackConfig {
     /// from the SDK's standard configuration (`AWS_REGION`,
     /// `AWS_ENDPOINT_URL`, profiles, instance roles).
     pub sdk: booking_aws::AwsSettings,
-    /// The back office (`postgres://…` or `host=… dbname=…`); none: no sync.
-    pub postgres_url: Option<String>,
-    /// The back office's schema.
-    pub postgres_schema: String,
     /// Run the expiry and sync handlers on the stream in this instance
     /// (off when the Lambda functions of `deploy/` do it).
     pub stream_mappings: bool,
-    /// The local stream mappings' settings (Lambda's event-source mapping's).
-    pub mapping: booking_streams::MappingConfig,
     /// Let `provision` pass over settings the server lacks (point-in-time
     /// recovery on a local emulator). Never on a real account.
     pub allow_unsupported_settings: bool,
@@ -153,10 +150,7 @@ impl Default for AwsStackConfig {
         AwsStackConfig {
             prefix: booking_aws::resources::PREFIX_DEFAULT.to_owned(),
             sdk: booking_aws::AwsSettings::default(),
-            postgres_url: None,
-            postgres_schema: booking_postgres::SCHEMA_DEFAULT.to_owned(),
             stream_mappings: true,
-            mapping: booking_streams::MappingConfig::default(),
             allow_unsupported_settings: false,
         }
     }
@@ -172,8 +166,31 @@ pub struct StackConfig {
     pub redis_url: String,
     /// Redis connections per instance.
     pub redis_pool_size: usize,
+    /// How the Redis server's persistence is known (`kind = "redis"`).
+    pub redis_persistence: PersistenceCheck,
+    /// The back office (`postgres://…` or `host=… dbname=…`; `redis` and
+    /// `aws`); none: PAID records are not synced anywhere.
+    pub postgres_url: Option<String>,
+    /// The back office's schema.
+    pub postgres_schema: String,
+    /// The local stream mappings' settings (Lambda's event-source mapping's),
+    /// wherever the handlers run in the instances.
+    pub mapping: booking_streams::MappingConfig,
     /// The AWS resources (`kind = "aws"`).
     pub aws: AwsStackConfig,
+}
+
+/// How a Redis deployment knows its server keeps what it acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PersistenceCheck {
+    /// Read `appendonly`/`appendfsync`/`save` with `CONFIG GET` at start and
+    /// at `provision`: a production sale refuses a server without them.
+    #[default]
+    Checked,
+    /// The server's `CONFIG` is disabled (managed Redis): persistence was
+    /// checked out of band, and the operator says so here.
+    OutOfBand,
 }
 
 impl Default for StackConfig {
@@ -182,6 +199,10 @@ impl Default for StackConfig {
             kind: StackKind::Embedded,
             redis_url: "redis://127.0.0.1:6379".to_owned(),
             redis_pool_size: booking::settings::REDIS_POOL_SIZE,
+            redis_persistence: PersistenceCheck::Checked,
+            postgres_url: None,
+            postgres_schema: booking_postgres::SCHEMA_DEFAULT.to_owned(),
+            mapping: booking_streams::MappingConfig::default(),
             aws: AwsStackConfig::default(),
         }
     }
@@ -436,13 +457,20 @@ impl ServerConfig {
         }
         if self.stack.kind == StackKind::Aws {
             booking_aws::Resources::named(&self.stack.aws.prefix).map_err(ConfigError::Invalid)?;
-            booking_postgres::check_schema(&self.stack.aws.postgres_schema)
-                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-            self.stack
-                .aws
-                .mapping
-                .check()
-                .map_err(ConfigError::Invalid)?;
+        }
+        booking_postgres::check_schema(&self.stack.postgres_schema)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.stack.mapping.check().map_err(ConfigError::Invalid)?;
+        // the stream handlers' lease outlives a step of their mapping
+        booking_streams::LeaseConfig::new(&self.key_prefix, &self.sale, "expiry", "-")
+            .check(self.stack.mapping.poll_wait)
+            .map_err(ConfigError::Invalid)?;
+        if self.stack.kind == StackKind::Embedded && self.stack.postgres_url.is_some() {
+            return bad(
+                "postgres_url needs a shared stack (redis or aws): the embedded stack has no \
+                 back office"
+                    .into(),
+            );
         }
         if self.webhook.topic_arns.as_ref().is_some_and(Vec::is_empty) {
             return bad("webhook.topic_arns is empty: no webhook could be accepted".into());
@@ -487,7 +515,7 @@ pub struct ServeArgs {
     /// The AWS resources' name prefix (`--stack aws`).
     #[arg(long)]
     pub aws_prefix: Option<String>,
-    /// The back office's PostgreSQL (`--stack aws`).
+    /// The back office's PostgreSQL (`--stack redis` or `aws`).
     #[arg(long, env = "SELLOUT_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
     /// Payment gateway base URL.
@@ -572,7 +600,7 @@ impl ServeArgs {
         set(&mut c.stack.redis_pool_size, &self.redis_pool_size);
         set(&mut c.stack.aws.prefix, &self.aws_prefix);
         if self.postgres_url.is_some() {
-            c.stack.aws.postgres_url = self.postgres_url.clone();
+            c.stack.postgres_url = self.postgres_url.clone();
         }
         set(&mut c.gateway.base_url, &self.gateway_url);
         set(&mut c.gateway.username, &self.gateway_username);
@@ -672,9 +700,9 @@ mod tests {
             r#"
             [stack]
             kind = "aws"
+            postgres_url = "host=127.0.0.1 dbname=test"
             [stack.aws]
             prefix = "rehearsal-1"
-            postgres_url = "host=127.0.0.1 dbname=test"
             [stack.aws.sdk]
             region = "ap-southeast-1"
             endpoints = { sqs = "http://127.0.0.1:5000" }
@@ -685,7 +713,7 @@ mod tests {
         assert_eq!(c.stack.kind, StackKind::Aws);
         assert_eq!(c.stack.aws.sdk.region.as_deref(), Some("ap-southeast-1"));
         assert!(c.stack.aws.stream_mappings);
-        assert_eq!(c.stack.aws.postgres_schema, "back_office");
+        assert_eq!(c.stack.postgres_schema, "back_office");
         let mut bad = c.clone();
         // a fine table and queue name, but S3 wants lower case
         bad.stack.aws.prefix = "NotABucket".into();
@@ -693,7 +721,7 @@ mod tests {
         bad.stack.aws.prefix = "not a table".into();
         assert!(bad.validate().unwrap_err().to_string().contains("table"));
         let mut bad = c.clone();
-        bad.stack.aws.postgres_schema = "x;y".into();
+        bad.stack.postgres_schema = "x;y".into();
         assert!(bad.validate().is_err());
         assert!(ServerConfig::from_toml("[stack.aws]\nmade_up = 1").is_err());
     }

@@ -1,10 +1,12 @@
 //! The booking system as one server, and the ops steps that drive it.
 //!
 //! - [`config`]: [`ServerConfig`] (TOML) and the `serve` flags over it.
-//! - [`build`]: the config becomes a [`booking_api::Stack`] of ports (embedded
-//!   or Redis ledger and coordination; embedded or AWS records, queue and
-//!   status document) plus handles on the embedded parts ([`Server`]); and
-//!   [`provision`], which makes the AWS resources and migrates the back office.
+//! - [`build`]: the config becomes a [`booking_api::Stack`] of ports (all
+//!   embedded; all on Redis; or Redis ledger and coordination with AWS
+//!   records, queue and status document), the output log the audit reads
+//!   and the TTL service ([`Server`]); and [`provision`], which makes the
+//!   AWS resources or checks the Redis server's persistence, and migrates
+//!   the back office.
 //! - [`run`]: [`serve`]: the API, the `/ops/` routes and the background loops
 //!   (worker, reconciler, expiry handler, TTL sweep, status refresh) on one
 //!   listener, until shutdown.

@@ -5,22 +5,26 @@
 //!
 //! # What `reset` does not clear
 //!
-//! The ledger is reset (levels, caps, no candidates, closed). The embedded
-//! record store, queue, outbox, alert log and status history have no clear
-//! operation in their ports (nor do DynamoDB, SQS and SES), so `reset` leaves
-//! them and reports what is left ([`ResetReport`]). The audit only looks at
-//! this sale's records and at status writes since the last reset; a clean
-//! slate for a rehearsal is a restart of the embedded server.
+//! The ledger is reset (levels, caps, no candidates, closed) and the reset's
+//! time is stamped in coordination, where every instance's audit reads it.
+//! The record store, queue, outbox, alert log and status history have no
+//! clear operation in their ports (nor do DynamoDB, SQS and SES), so `reset`
+//! leaves them and reports what is left ([`ResetReport`]). The audit only
+//! looks at this sale's records and at status writes since the last reset;
+//! a clean slate for a rehearsal is a new key prefix (Redis) or a restart
+//! of the embedded server.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 use booking::StatusDocument;
 use booking::ledger::LevelCount;
 use booking::queue::QueueDepth;
 use booking::records::{BookingRecord, RecordStatus, Throttles};
 use booking::status::{Publish, StatusError};
-use booking::{CandidateHash, Counters, LedgerError, Level, QueueError, RecordError};
+use booking::{
+    CandidateHash, CoordinationError, Counters, LedgerError, Level, NotifyError, QueueError,
+    RecordError,
+};
 pub use booking_audit::{GatewayTruth, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +49,12 @@ pub enum OpsError {
     /// The status document could not be published.
     #[error(transparent)]
     Status(#[from] StatusError),
+    /// The outputs (mail, alerts, status writes) could not be read back.
+    #[error(transparent)]
+    Outputs(#[from] NotifyError),
+    /// Coordination (the reset's time) could not answer.
+    #[error(transparent)]
+    Coordination(#[from] CoordinationError),
 }
 
 /// What `reset` did, and what it could not clear.
@@ -70,9 +80,14 @@ pub struct ResetReport {
 pub async fn reset(server: &Server) -> Result<ResetReport, OpsError> {
     let stack = &server.stack;
     stack.ledger.reset(&stack.sale, &server.caps()).await?;
-    server
-        .reset_at_ms
-        .store(stack.clock.now_ms(), Ordering::SeqCst);
+    stack
+        .coordination
+        .set(
+            &server.reset_key(),
+            &stack.clock.now_ms().to_string(),
+            None,
+        )
+        .await?;
     publish(server).await?;
     let counters = stack.ledger.counters(&stack.sale).await?;
     let records_left = sale_records(server).await?.len();
@@ -81,7 +96,7 @@ pub async fn reset(server: &Server) -> Result<ResetReport, OpsError> {
     let note = if records_left + dead_letters_left > 0
         || queue_left.visible + queue_left.in_flight > 0
     {
-        "records, queue and outbox have no clear operation: restart the embedded server for a clean slate"
+        "records, queue and outbox have no clear operation: use a new key prefix (redis) or restart the embedded server for a clean slate"
     } else {
         "clean"
     };
@@ -204,13 +219,13 @@ pub async fn status(server: &Server) -> Result<StatusReport, OpsError> {
     let records = sale_records(server).await?;
     Ok(StatusReport {
         counters,
-        document: current_document(server),
+        document: current_document(server).await?,
         records: per_level(&records),
         queue: stack.queue.depth().await?,
         dead_letters: stack.queue.dead_letters().await?.len(),
         throttles: stack.records.throttles().await?,
-        emails: server.embedded.mailer.sent().len(),
-        alerts: server.embedded.alerts.raised().len(),
+        emails: server.outputs.sent_mail().await?.len(),
+        alerts: server.outputs.alerts_raised().await?.len(),
     })
 }
 

@@ -5,11 +5,17 @@
 //! - the worker (queue → records);
 //! - the reconciler (one leader per sale under the lock; this instance's
 //!   owner token is its random instance id);
-//! - the expiry handler (TTL deletions on the change stream → undo); on the
-//!   AWS stack, it and the back-office sync each run under a local
-//!   event-source mapping over the DynamoDB stream (`booking-streams`);
-//! - the TTL service of the embedded record store: [`EmbeddedRecords::sweep_ttl`]
-//!   every sweep interval, late by design as DynamoDB's is (not on AWS);
+//! - the stream handlers: the expiry handler (TTL deletions on the change
+//!   stream → undo) and, with a back office, the sync (PAID records →
+//!   PostgreSQL), each under an event-source mapping (`booking-streams`).
+//!   On the embedded and Redis stacks, one instance of the fleet reads each
+//!   handler's stream at a time, under a lease, from a durable checkpoint
+//!   ([`LeasedMapping`]); on AWS each instance runs its own mapping over
+//!   the DynamoDB stream (or the Lambda functions do);
+//! - the TTL service of the embedded and Redis record stores
+//!   ([`TtlService`]): every sweep interval, by the one instance that takes
+//!   the interval's sweep lock, late by design as DynamoDB's is (not on
+//!   AWS, where DynamoDB deletes);
 //! - a status refresh: a throttled [`StatusWriter::poke`] every throttle window
 //!   (2 s), so the last change of a burst (which the throttle skipped) and
 //!   releases (which no request pokes) reach the document and clear the full
@@ -23,7 +29,8 @@
 //! and finishes its requests, each loop finishes what it is doing (bounded),
 //! and `serve` returns after all have ended, or after [`SHUTDOWN_GRACE`].
 //!
-//! [`EmbeddedRecords::sweep_ttl`]: booking_embedded::records::EmbeddedRecords::sweep_ttl
+//! [`TtlService`]: crate::build::TtlService
+//! [`LeasedMapping`]: booking_streams::LeasedMapping
 //! [`StatusWriter::poke`]: booking::StatusWriter::poke
 
 use std::future::Future;
@@ -40,7 +47,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use booking_postgres::SyncHandler;
-use booking_streams::{BatchHandler, EventSourceMapping};
+use booking_streams::{
+    AlertDestination, BatchHandler, EventSourceMapping, LeaseConfig, LeasedMapping,
+};
 
 use crate::build::Server;
 use crate::config::StackKind;
@@ -145,14 +154,21 @@ fn spawn_loops(
         stack.ledger.clone(),
         0,
     ));
-    let rx = stop.clone();
-    let e = expiry.clone();
-    let aws = server.config.stack.kind == StackKind::Aws;
-    if !aws {
-        loops.spawn(async move { e.run(rx, EXPIRY_WAIT, EXPIRY_WAIT).await });
-    } else if server.config.stack.aws.stream_mappings {
-        let s = server.clone();
-        loops.spawn(async move { stream_mappings(s, e, rx).await });
+    match server.config.stack.kind {
+        StackKind::Aws => {
+            if server.config.stack.aws.stream_mappings {
+                let s = server.clone();
+                let e = expiry.clone();
+                let rx = stop.clone();
+                loops.spawn(async move { stream_mappings(s, e, rx).await });
+            }
+        }
+        StackKind::Embedded | StackKind::Redis => {
+            let s = server.clone();
+            let e = expiry.clone();
+            let rx = stop.clone();
+            loops.spawn(async move { leased_mappings(s, e, rx).await });
+        }
     }
 
     let sampler = Sampler {
@@ -169,26 +185,43 @@ fn spawn_loops(
         async move { sampler.sample().await }
     }));
 
-    // on AWS, DynamoDB's own TTL service deletes (late, as this one does)
-    let records = server.embedded.records.clone();
-    let every = settings.sweep_interval.max(Duration::from_millis(10));
-    let rx = stop.clone();
-    let embedded_ttl = !aws;
-    loops.spawn(periodic("ttl sweep", every, rx, move || {
-        let records = records.clone();
-        async move {
-            if !embedded_ttl {
-                return;
+    // DynamoDB runs its own TTL service; the others run here, one sweep per
+    // interval for the whole fleet (the sweep lock is left to expire, so
+    // the next interval's sweep may run on any instance)
+    if let Some(ttl) = server.ttl.clone() {
+        let every = settings.sweep_interval;
+        let coordination = stack.coordination.clone();
+        let lock = format!("{}:{{sale:{}}}:ttl_sweep", stack.prefix, stack.sale);
+        let owner = server.instance.clone();
+        let rx = stop.clone();
+        loops.spawn(periodic("ttl sweep", every, rx, move || {
+            let ttl = ttl.clone();
+            let coordination = coordination.clone();
+            let lock = lock.clone();
+            let owner = owner.clone();
+            async move {
+                // a little under the interval: the next sweep is never
+                // refused because this one's lock outlived it
+                let hold = every.mul_f64(0.9);
+                match coordination.try_lock(&lock, &owner, hold).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ttl sweep lock unavailable");
+                        return;
+                    }
+                }
+                match ttl.sweep(TTL_SWEEP_LIMIT).await {
+                    Ok(deleted) if !deleted.is_empty() => tracing::info!(
+                        deleted = deleted.len(),
+                        "TTL service deleted expired records"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "TTL sweep failed"),
+                }
             }
-            let deleted = records.sweep_ttl(TTL_SWEEP_LIMIT);
-            if !deleted.is_empty() {
-                tracing::info!(
-                    deleted = deleted.len(),
-                    "TTL service deleted expired records"
-                );
-            }
-        }
-    }));
+        }));
+    }
 
     // Every throttle window, not every sweep: a burst's last admission is
     // skipped by the throttle, and this trailing poke publishes it.
@@ -203,6 +236,54 @@ fn spawn_loops(
         }
     }));
     loops
+}
+
+/// On the embedded and Redis stacks, the stream handlers (expiry always,
+/// the back-office sync with a back office), each a [`LeasedMapping`]: one
+/// reader for the whole fleet, from the checkpoint in coordination, given-up
+/// records raised as alerts.
+async fn leased_mappings(
+    server: Arc<Server>,
+    expiry: Arc<ExpiryHandler>,
+    stop: watch::Receiver<bool>,
+) {
+    let config = &server.config;
+    let stack = &server.stack;
+    let mut handlers: Vec<Arc<dyn BatchHandler>> = vec![expiry];
+    match crate::build::back_office(config).await {
+        Ok(Some(office)) => handlers.push(Arc::new(SyncHandler::new(office))),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "back office unreachable: PAID records are not synced")
+        }
+    }
+    let mut running = JoinSet::new();
+    for handler in handlers {
+        let name = handler.name();
+        let lease = LeaseConfig::new(&stack.prefix, &stack.sale, name, &server.instance);
+        let stream = stack.stream.clone();
+        let destination = Arc::new(AlertDestination::new(stack.alerts.clone()));
+        let clock = stack.clock.clone();
+        let mapping = config.stack.mapping.clone();
+        let leased = LeasedMapping::new(
+            stack.coordination.clone(),
+            lease,
+            name,
+            Box::new(move |start| {
+                EventSourceMapping::new(
+                    stream.clone(),
+                    handler.clone(),
+                    destination.clone(),
+                    clock.clone(),
+                    mapping.clone(),
+                    start,
+                )
+            }),
+        );
+        let rx = stop.clone();
+        running.spawn(async move { leased.run(rx).await });
+    }
+    while running.join_next().await.is_some() {}
 }
 
 /// On the AWS stack, the two stream handlers the way Lambda runs them: an
@@ -246,7 +327,7 @@ async fn stream_mappings(
             handler,
             adapters.failures.clone(),
             clock.clone(),
-            config.stack.aws.mapping.clone(),
+            config.stack.mapping.clone(),
             0,
         ) {
             Ok(m) => {
@@ -283,7 +364,7 @@ impl Sampler {
             query_failures: r.query_failures,
             orphans_recovered: r.orphans_recovered,
             pending_undone: r.pending_undone,
-            alerts: self.server.embedded.alerts.raised().len() as u64,
+            alerts: 0,
             worker: vec![
                 ("stored", w.stored),
                 ("replaced", w.replaced),
@@ -313,6 +394,11 @@ impl Sampler {
         }
         if let Ok(Ok(dead)) = tokio::time::timeout(within, stack.queue.dead_letters()).await {
             f.dead_letters = dead.len() as u64;
+        }
+        if let Ok(Ok(alerts)) =
+            tokio::time::timeout(within, self.server.outputs.alerts_raised()).await
+        {
+            f.alerts = alerts.len() as u64;
         }
         if let Ok(Ok(th)) = tokio::time::timeout(within, stack.records.throttles()).await {
             f.throttled_reads = th.reads;
