@@ -503,7 +503,9 @@ impl ProcessFleet {
                 kind: StackKind::Redis,
                 redis_url: format!("redis://127.0.0.1:{redis_port}"),
                 redis_pool_size: profile.stack.redis_pool_size,
+                postgres_url: profile.stack.postgres_url.clone(),
                 aws: profile.stack.aws.clone(),
+                ..StackConfig::default()
             },
             settings: booking::Settings {
                 hold: Duration::from_millis(profile.hold_ms),
@@ -516,6 +518,8 @@ impl ProcessFleet {
             environment: booking_server::config::Environment::Rehearsal,
             ..ServerConfig::default()
         };
+        // a back office of the run's own (its rows have no clear operation)
+        base.stack.postgres_schema = base.key_prefix.replace('-', "_");
         base.gateway.base_url = mock.url.clone();
         base.webhook.loopback_sns_port = Some(mock.addr.port());
         base.webhook.topic_arns = Some(vec![topic]);
