@@ -12,6 +12,11 @@ rehearse *ARGS:
 rehearse-ci *ARGS:
     cargo run --release -p scenarios -- rehearse --profile ci {{ARGS}}
 
+# A rehearsal on a fleet of `booking serve --stack redis` OS processes on a private redis-server, killed mid-rush if asked, e.g. `just rehearse-fleet --instances 3 --kill 0@rush=0.4,down_ms=1000`.
+rehearse-fleet *ARGS:
+    cargo build --release -p booking-server --bin booking
+    cargo run --release -p scenarios -- rehearse --fleet processes {{ARGS}}
+
 # One sale in virtual time under a fault schedule (built-in name or TOML file), e.g. `just chaos --schedule gateway-trouble --seed 7`.
 chaos *ARGS:
     cargo run --release -p chaos -- run {{ARGS}}
