@@ -113,6 +113,12 @@
 //! find messages without waiting at all. An idle poller costs at most 500
 //! short scripts a second at first and 50 after the back-off.
 //!
+//! `examples/queue_rate.rs` measures it (release build, loopback, a shared
+//! 2-core machine): about 15,000 sends/s from 32 tasks, 9,500
+//! receive+delete/s from 4 worker-like receivers, and at a steady 2,000
+//! sends/s through one instance received through another, a send→receive
+//! lag of p50 0.8 ms, p99 11 ms, max 20 ms.
+//!
 //! Why not `BLPOP` on a wake list pushed by send and delete: a blocking
 //! command holds a pooled connection for the whole wait, beyond the pool's
 //! response timeout (`booking_redis::ledger::RESPONSE_MAX`, 1 s), so each
