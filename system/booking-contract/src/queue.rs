@@ -65,9 +65,10 @@ pub struct Capabilities {
     /// A redelivered head is delivered before the rest of its group (moto
     /// may reorder a group after a visibility-timeout redelivery).
     pub order_after_redelivery: bool,
-    /// Concurrent receives keep a group's one message in flight (moto's
-    /// threaded server runs receives without a lock, so two receives can
-    /// each take the next message of one group).
+    /// Concurrent receives keep a group's one message in flight and deliver
+    /// each message once (moto's threaded server runs receives without a
+    /// lock, so two receives can take the next message of one group, or the
+    /// same message).
     pub order_under_concurrent_receives: bool,
     /// A long poll sees a group that a delete unblocks while it waits
     /// (moto's keeps the groups that were in flight when it began blocked
@@ -207,13 +208,20 @@ pub async fn a_group_delivers_nothing_more_while_its_head_is_in_flight_and_group
 }
 
 /// Six receivers drain eight groups of forty, handling each batch in order
-/// before deleting: every group is seen once each, in order.
+/// before deleting: every message is seen once, each group in order.
 pub async fn order_within_each_group_holds_under_concurrent_receivers(fixture: &dyn QueueFixture) {
     const CASE: &str = "order_within_each_group_holds_under_concurrent_receivers";
     const GROUPS: usize = 8;
     const PER_GROUP: usize = 40;
+    // where receives race, fewer: the server is slow and what is checked less
+    const PER_GROUP_RACING: usize = 10;
     let (q, capabilities, _) = fresh(fixture).await;
-    for i in 0..PER_GROUP {
+    let per_group = if capabilities.order_under_concurrent_receives {
+        PER_GROUP
+    } else {
+        PER_GROUP_RACING
+    };
+    for i in 0..per_group {
         for g in 0..GROUPS {
             send(&*q, msg(&format!("g{g:03}"), &i.to_string())).await;
         }
@@ -251,15 +259,19 @@ pub async fn order_within_each_group_holds_under_concurrent_receivers(fixture: &
     let mut seen = std::mem::take(&mut *seen.lock().expect("seen"));
     assert_eq!(seen.len(), GROUPS);
     if !capabilities.order_under_concurrent_receives {
-        skipped(CASE, "the order; each message once is");
+        skipped(
+            CASE,
+            "the order and once only; each message at least once is",
+        );
         for order in seen.values_mut() {
             order.sort_unstable();
+            order.dedup();
         }
     }
     for (group, order) in &seen {
         assert_eq!(
             *order,
-            (0..PER_GROUP).collect::<Vec<_>>(),
+            (0..per_group).collect::<Vec<_>>(),
             "group {group}: each message once, in order"
         );
     }
