@@ -203,7 +203,15 @@ impl RedisQueue {
             .arg(self.config.visibility_timeout.as_millis() as u64);
         let batch = wire::read_batch(self.run(&call).await?)?;
         for r in &batch {
-            if r.receive_count > 1 {
+            if r.receive_count >= self.config.receives_max {
+                // the move itself happens inside whichever script next
+                // settles the queue, where nothing can log it
+                tracing::warn!(
+                    group = %r.message.group_id,
+                    receive_count = r.receive_count,
+                    "last delivery: unless deleted, the message moves to the dead-letter queue"
+                );
+            } else if r.receive_count > 1 {
                 tracing::debug!(
                     group = %r.message.group_id,
                     receive_count = r.receive_count,
