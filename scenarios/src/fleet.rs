@@ -689,12 +689,7 @@ impl Fleet {
         }
         if with_status_peaks {
             let since = s.reset_at_ms().await.map_err(|e| read(&e))?;
-            for w in s
-                .outputs
-                .status_writes(since)
-                .await
-                .map_err(|e| read(&e))?
-            {
+            for w in s.outputs.status_writes(since).await.map_err(|e| read(&e))? {
                 if let Ok(doc) = booking::StatusDocument::from_json(&w.document) {
                     for l in &doc.levels {
                         let e = snap.status_peaks.entry(l.level.to_string()).or_default();

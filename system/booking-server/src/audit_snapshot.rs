@@ -95,9 +95,7 @@ pub(crate) async fn sale_records(server: &Server) -> Result<Vec<BookingRecord>, 
 }
 
 /// The status document the sink holds now, if it reads as one.
-pub(crate) async fn current_document(
-    server: &Server,
-) -> Result<Option<StatusDocument>, OpsError> {
+pub(crate) async fn current_document(server: &Server) -> Result<Option<StatusDocument>, OpsError> {
     Ok(server
         .stack
         .status_sink

@@ -253,8 +253,7 @@ pub async fn back_office(
     let Some(url) = &config.stack.postgres_url else {
         return Ok(None);
     };
-    let office =
-        booking_postgres::BackOffice::connect(url, &config.stack.postgres_schema).await?;
+    let office = booking_postgres::BackOffice::connect(url, &config.stack.postgres_schema).await?;
     office.migrate().await?;
     Ok(Some(Arc::new(office)))
 }
@@ -390,36 +389,31 @@ fn local_outputs(clock: &Arc<dyn Clock>) -> EmbeddedOutputs {
     }
 }
 
-fn embedded_parts(
-    config: &ServerConfig,
-    clock: &Arc<dyn Clock>,
-    first: Option<&Server>,
-) -> Parts {
+fn embedded_parts(config: &ServerConfig, clock: &Arc<dyn Clock>, first: Option<&Server>) -> Parts {
     let settings = config.effective_settings();
-    let (embedded, outputs) = match first
-        .and_then(|f| f.embedded.clone().zip(f.local_outputs.clone()))
-    {
-        Some(shared) => shared,
-        None => (
-            Embedded {
-                records: Arc::new(EmbeddedRecords::new(
-                    clock.clone(),
-                    RecordsConfig {
-                        bugs: settings.bugs.clone(),
-                        // late like DynamoDB's: the reconciler, which looks a
-                        // sweep window ahead, always decides first
-                        ttl_delay_ms: settings.sweep_window.as_millis() as u64,
-                        ..RecordsConfig::default()
-                    },
-                )),
-                queue: Arc::new(EmbeddedQueue::new(
-                    clock.clone(),
-                    QueueConfig::from_settings(&settings),
-                )),
-            },
-            local_outputs(clock),
-        ),
-    };
+    let (embedded, outputs) =
+        match first.and_then(|f| f.embedded.clone().zip(f.local_outputs.clone())) {
+            Some(shared) => shared,
+            None => (
+                Embedded {
+                    records: Arc::new(EmbeddedRecords::new(
+                        clock.clone(),
+                        RecordsConfig {
+                            bugs: settings.bugs.clone(),
+                            // late like DynamoDB's: the reconciler, which looks a
+                            // sweep window ahead, always decides first
+                            ttl_delay_ms: settings.sweep_window.as_millis() as u64,
+                            ..RecordsConfig::default()
+                        },
+                    )),
+                    queue: Arc::new(EmbeddedQueue::new(
+                        clock.clone(),
+                        QueueConfig::from_settings(&settings),
+                    )),
+                },
+                local_outputs(clock),
+            ),
+        };
     Parts {
         records: embedded.records.clone(),
         stream: embedded.records.clone(),
@@ -438,8 +432,8 @@ async fn redis_parts(config: &ServerConfig, clock: &Arc<dyn Clock>) -> Result<Pa
     let settings = config.effective_settings();
     let url = &config.stack.redis_url;
     let pool = config.redis_pool_size().min(ADAPTER_POOL_MAX);
-    let prefix = KeyPrefix::parse(&config.key_prefix)
-        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let prefix =
+        KeyPrefix::parse(&config.key_prefix).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let sale = &config.sale;
     let records = RedisRecords::connect(
         url,
@@ -470,7 +464,12 @@ async fn redis_parts(config: &ServerConfig, clock: &Arc<dyn Clock>) -> Result<Pa
         .await
         .map_err(|e| BuildError::RedisAdapter("outputs", e.to_string()))?;
     let (r, q, o) = tokio::join!(records.warm(pool), queue.warm(pool), outputs.warm(pool));
-    tracing::info!(records = r, queue = q, outputs = o, "redis adapter pools warmed");
+    tracing::info!(
+        records = r,
+        queue = q,
+        outputs = o,
+        "redis adapter pools warmed"
+    );
     let records = Arc::new(records);
     let outputs = Arc::new(outputs);
     Ok(Parts {

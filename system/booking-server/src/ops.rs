@@ -82,11 +82,7 @@ pub async fn reset(server: &Server) -> Result<ResetReport, OpsError> {
     stack.ledger.reset(&stack.sale, &server.caps()).await?;
     stack
         .coordination
-        .set(
-            &server.reset_key(),
-            &stack.clock.now_ms().to_string(),
-            None,
-        )
+        .set(&server.reset_key(), &stack.clock.now_ms().to_string(), None)
         .await?;
     publish(server).await?;
     let counters = stack.ledger.counters(&stack.sale).await?;
