@@ -193,7 +193,8 @@ pub async fn redis_persistence(config: &ServerConfig) -> Result<RedisProvisioned
 }
 
 /// `booking provision`: on AWS, the resources of `config` made or brought
-/// to the design; on Redis, the server's persistence checked; on both, the
+/// to the design; on both shared stacks, the Redis server's persistence
+/// checked (the seat ledger lives there) and the
 /// back office migrated. Idempotent.
 pub async fn provision(
     config: &ServerConfig,
@@ -211,24 +212,22 @@ pub async fn provision(
             None => Vec::new(),
         })
     };
-    match config.stack.kind {
-        StackKind::Embedded => {
-            return Err(ConfigError::Invalid(
-                "provision is for a shared stack (--stack redis or --stack aws)".into(),
-            )
-            .into());
-        }
-        StackKind::Redis => {
-            let redis = redis_persistence(config)
-                .await
-                .map_err(ProvisionFailed::Persistence)?;
-            return Ok(Provisioned {
-                aws: None,
-                redis: Some(redis),
-                migrations_applied: migrate().await?,
-            });
-        }
-        StackKind::Aws => {}
+    if config.stack.kind == StackKind::Embedded {
+        return Err(ConfigError::Invalid(
+            "provision is for a shared stack (--stack redis or --stack aws)".into(),
+        )
+        .into());
+    }
+    // both shared stacks keep the seat ledger on Redis
+    let redis = redis_persistence(config)
+        .await
+        .map_err(ProvisionFailed::Persistence)?;
+    if config.stack.kind == StackKind::Redis {
+        return Ok(Provisioned {
+            aws: None,
+            redis: Some(redis),
+            migrations_applied: migrate().await?,
+        });
     }
     let aws = &config.stack.aws;
     let resources = booking_aws::Resources::named(&aws.prefix).map_err(ConfigError::Invalid)?;
@@ -241,7 +240,7 @@ pub async fn provision(
     let report = booking_aws::provision(&clients, &resources, &options).await?;
     Ok(Provisioned {
         aws: Some(report),
-        redis: None,
+        redis: Some(redis),
         migrations_applied: migrate().await?,
     })
 }
@@ -559,15 +558,18 @@ async fn build_with(
             (Arc::new(ledger), Arc::new(coordination))
         }
     };
+    if config.stack.kind != StackKind::Embedded {
+        // both shared stacks keep the seat ledger on Redis
+        let judged = redis_persistence(config)
+            .await
+            .map_err(BuildError::Persistence)?;
+        for warning in &judged.warnings {
+            tracing::warn!(%warning, "redis persistence");
+        }
+    }
     let parts = match config.stack.kind {
         StackKind::Embedded => embedded_parts(config, &clock, first),
         StackKind::Redis => {
-            let judged = redis_persistence(config)
-                .await
-                .map_err(BuildError::Persistence)?;
-            for warning in &judged.warnings {
-                tracing::warn!(%warning, "redis persistence");
-            }
             if config.stack.postgres_url.is_some() {
                 // a fresh database gets its schema before the first sync
                 back_office(config).await?;
