@@ -144,7 +144,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // goose warns once per failed request: a killed instance's
+                // connection errors are counted in the report instead
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,goose::goose=error")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
