@@ -36,8 +36,8 @@ fn out_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("{name}-{:016x}", rand::random::<u64>()))
 }
 
-/// The newest modification time of the sources the booking binary is built
-/// from, and which file it is.
+/// The newest modification time of the files under `dir` that a build
+/// reads (`.rs`, `.lua`, `.toml`; no tests, benches or examples).
 fn newest_source(dir: &Path, newest: &mut Option<(SystemTime, PathBuf)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -45,7 +45,6 @@ fn newest_source(dir: &Path, newest: &mut Option<(SystemTime, PathBuf)>) {
     for e in entries.flatten() {
         let path = e.path();
         if path.is_dir() {
-            // what the binary is built from: no tests, benches, examples
             let skip = ["target", "tests", "benches", "examples"];
             if path
                 .file_name()
@@ -58,16 +57,54 @@ fn newest_source(dir: &Path, newest: &mut Option<(SystemTime, PathBuf)>) {
         let source = path
             .extension()
             .is_some_and(|x| x == "rs" || x == "toml" || x == "lua");
-        if let (true, Ok(m)) = (source, e.metadata().and_then(|m| m.modified())) {
-            if newest.as_ref().is_none_or(|(t, _)| m > *t) {
-                *newest = Some((m, path));
-            }
+        if let (true, Ok(m)) = (source, e.metadata().and_then(|m| m.modified()))
+            && newest.as_ref().is_none_or(|(t, _)| m > *t)
+        {
+            *newest = Some((m, path));
+        }
+    }
+}
+
+/// The crate folders `crate_dir` depends on by path (normal dependencies,
+/// directly or through `[workspace.dependencies]`), itself included,
+/// transitively: what the `booking` binary is built from in this workspace.
+fn path_crates(crate_dir: &Path, workspace: &toml::Table, seen: &mut Vec<PathBuf>) {
+    let Ok(dir) = crate_dir.canonicalize() else {
+        return;
+    };
+    if seen.contains(&dir) {
+        return;
+    }
+    seen.push(dir.clone());
+    let manifest: toml::Table = std::fs::read_to_string(dir.join("Cargo.toml"))
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_default();
+    let Some(deps) = manifest.get("dependencies").and_then(|d| d.as_table()) else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (name, spec) in deps {
+        let local = spec
+            .get("path")
+            .and_then(|p| p.as_str())
+            .map(|p| dir.join(p));
+        let inherited = spec
+            .get("workspace")
+            .and_then(|w| w.as_bool())
+            .filter(|w| *w)
+            .and_then(|_| workspace.get(name))
+            .and_then(|d| d.get("path"))
+            .and_then(|p| p.as_str())
+            .map(|p| root.join(p));
+        if let Some(path) = local.or(inherited) {
+            path_crates(&path, workspace, seen);
         }
     }
 }
 
 /// The `booking` binary of this build; fails, saying how to build it, if it
-/// is missing or older than a source under `system/`.
+/// is missing or older than a source of a crate it is built from.
 fn booking_binary() -> PathBuf {
     let bin = processes::default_booking_bin().unwrap();
     let built = std::fs::metadata(&bin)
@@ -78,9 +115,31 @@ fn booking_binary() -> PathBuf {
                 bin.display()
             )
         });
-    let system = Path::new(env!("CARGO_MANIFEST_DIR")).join("../system");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let workspace: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let workspace_deps = workspace
+        .get("workspace")
+        .and_then(|w| w.get("dependencies"))
+        .and_then(|d| d.as_table())
+        .cloned()
+        .unwrap_or_default();
+    let mut crates = Vec::new();
+    path_crates(
+        &root.join("system/booking-server"),
+        &workspace_deps,
+        &mut crates,
+    );
+    assert!(
+        crates.len() > 5,
+        "booking-server's path dependencies: {crates:?}"
+    );
     let mut newest = None;
-    newest_source(&system, &mut newest);
+    for dir in &crates {
+        newest_source(dir, &mut newest);
+    }
     if let Some((t, path)) = newest {
         assert!(
             t <= built,
