@@ -17,8 +17,9 @@
 //! processes: [`crate::processes`]); [`run_on`] on a fleet the caller keeps
 //! (tests break the state afterwards and call [`verdicts`] again);
 //! [`run_with`] also fires a process fleet's kills during the load and adds
-//! their verdicts (`kills_done`, `connection_errors_outside_kills`,
-//! [`crate::kills`]).
+//! their verdict (`kills_done`, [`crate::kills`]). Every run holds the load's
+//! connection errors (failed over, not counted as server errors) to
+//! `connection_errors_outside_kills`: none outside a kill's window.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -510,15 +511,18 @@ pub async fn run_with(
         approved_told_not_paid: result.payments.approved_told_not_paid,
     };
     let (mut invariants, gateway_ledger) = verdicts_with_ledger(fleet, profile, &measured).await?;
+    // Connection errors are not server errors (the load fails them over to
+    // a live instance), so they are held to their own verdict on every run:
+    // none at all without kills, none outside a kill's window with them.
     let connection_errors = live.connection_error_times();
     if kills.is_some() {
         invariants.push(kills::kills_done(&kill_records, t0));
-        invariants.push(kills::connection_errors_outside_kills(
-            &connection_errors,
-            &kill_records,
-            t0,
-        ));
     }
+    invariants.push(kills::connection_errors_outside_kills(
+        &connection_errors,
+        &kill_records,
+        t0,
+    ));
     clock.push("audit", audit_start, ms_since(t0));
 
     // report
