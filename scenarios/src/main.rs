@@ -183,13 +183,20 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
                 .build()
                 .context("starting the runtime")?;
             // Ctrl-C drops the rehearsal, and with it every process and
-            // server it started
+            // server it started. The handler is set before goose tries to set
+            // its own (which then stays unset): goose's would only stop the
+            // load, and exit on a second Ctrl-C without running destructors.
+            let (interrupt, mut interrupted) = tokio::sync::watch::channel(false);
+            ctrlc::set_handler(move || {
+                interrupt.send_replace(true);
+            })
+            .context("setting the Ctrl-C handler")?;
             let outcome = runtime.block_on(async {
                 tokio::select! {
                     outcome = scenarios::rehearse(&profile, progress) => {
                         outcome.context("rehearsal")
                     }
-                    _ = tokio::signal::ctrl_c() => {
+                    _ = interrupted.wait_for(|i| *i) => {
                         anyhow::bail!("interrupted: everything the rehearsal started is stopped")
                     }
                 }
