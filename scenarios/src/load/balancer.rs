@@ -90,10 +90,33 @@ impl Balancer {
 }
 
 /// Whether a failed request is a connection error: refused, or the
-/// connection closed or reset before an answer (not a timeout: an instance
-/// that hangs is not a dead one).
+/// connection closed or reset before the whole answer was read (not a
+/// timeout: an instance that hangs is not a dead one).
 pub fn is_connection_error(e: &goose_reqwest::Error) -> bool {
-    !e.is_timeout() && (e.is_connect() || e.is_request())
+    use std::io::ErrorKind;
+    if e.is_timeout() {
+        return false;
+    }
+    if e.is_connect() || e.is_request() || e.is_body() {
+        return true;
+    }
+    // a body cut short reads as a decode error caused by the connection
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ErrorKind::UnexpectedEof
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+            )
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// Probes the instances marked down every [`PROBE_EVERY`] and marks each up
@@ -145,6 +168,53 @@ mod tests {
             "a port prefix is not a match"
         );
         assert_eq!(b.instance_of("http://gw/checkout/1"), None);
+    }
+
+    /// A listener that answers each connection with `reply` (then closes).
+    async fn serving(reply: &'static [u8]) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(reply).await;
+            }
+        });
+        format!("http://{addr}/")
+    }
+
+    #[tokio::test]
+    async fn a_dead_instance_is_a_connection_error_and_a_slow_one_is_not() {
+        let client = goose_reqwest::Client::builder()
+            .timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let failed = |r: Result<goose_reqwest::Response, goose_reqwest::Error>| r.err().unwrap();
+        // nothing listens: refused
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = failed(client.get(format!("http://127.0.0.1:{port}/")).send().await);
+        assert!(is_connection_error(&e), "{e:?}");
+        // closed before an answer
+        let url = serving(b"").await;
+        let e = failed(client.get(&url).send().await);
+        assert!(is_connection_error(&e), "{e:?}");
+        // headers, then the body cut short
+        let url = serving(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort").await;
+        let r = client.get(&url).send().await.unwrap();
+        let e = r.bytes().await.unwrap_err();
+        assert!(is_connection_error(&e), "{e:?}");
+        // accepted, never answered: a timeout, not a dead instance
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", l.local_addr().unwrap());
+        let e = failed(client.get(&url).send().await);
+        assert!(e.is_timeout() && !is_connection_error(&e), "{e:?}");
+        drop(l);
     }
 
     #[test]

@@ -246,7 +246,13 @@ impl Engine {
                                 metric: Some(goose.request),
                                 connection_error: false,
                             },
-                            _ => Answer {
+                            // the body cut short: the connection dropped
+                            Ok(Err(e)) => Answer {
+                                metric: Some(goose.request),
+                                connection_error: balancer::is_connection_error(&e),
+                                ..Answer::none()
+                            },
+                            Err(_) => Answer {
                                 metric: Some(goose.request),
                                 ..Answer::none()
                             },
