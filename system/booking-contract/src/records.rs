@@ -164,6 +164,7 @@ macro_rules! records_contract {
             the_email_latch_opens_once_and_only_on_a_paid_record,
             the_payment_index_finds_the_booking_and_forgets_replaced_payments,
             held_due_is_most_overdue_first_limited_and_held_only,
+            owed_emails_lists_paid_records_whose_email_is_owed,
             scan_all_is_every_record_in_candidate_order,
             a_redelivered_old_message_neither_overwrites_nor_resurrects,
             a_stale_record_is_replaced_so_the_new_payment_can_be_marked_paid,
@@ -666,6 +667,98 @@ pub async fn held_due_is_most_overdue_first_limited_and_held_only(f: &dyn Record
     f.settle().await;
     let due = candidates(s.held_due(before, 10).await.unwrap());
     assert_eq!(due, vec![cand("e"), cand("a")]);
+}
+
+/// `owed_emails`: PAID records whose email was not sent, paid strictly
+/// before the bound, oldest paid first (ties by candidate), at most `limit`;
+/// HELD, emailed, deleted and replaced-by-a-hold ones never.
+pub async fn owed_emails_lists_paid_records_whose_email_is_owed(f: &dyn RecordsFixture) {
+    let (s, t0) = (f.records(), f.now_ms());
+    for (c, p) in [
+        ("a", "P1"),
+        ("b", "P2"),
+        ("c", "P3"),
+        ("d", "P4"),
+        ("e", "P5"),
+        ("f", "P6"),
+    ] {
+        s.put(held(c, p, t0), Condition::NotExists).await.unwrap();
+    }
+    f.settle().await;
+    assert!(
+        s.owed_emails(u64::MAX, 10).await.unwrap().is_empty(),
+        "a hold owes no email"
+    );
+
+    // paid at t0+{30,10,20,40,10}: b and e tie; f stays HELD
+    for (c, p, offset) in [
+        ("a", "P1", 30),
+        ("b", "P2", 10),
+        ("c", "P3", 20),
+        ("d", "P4", 40),
+        ("e", "P5", 10),
+    ] {
+        s.mark_paid(&cand(c), &pay(p), ConfirmPath::Callback, t0 + offset)
+            .await
+            .unwrap();
+    }
+    f.settle().await;
+
+    let mut tied = vec![cand("b"), cand("e")];
+    tied.sort();
+    let candidates =
+        |rs: Vec<BookingRecord>| rs.into_iter().map(|r| r.candidate).collect::<Vec<_>>();
+    let owed = |before: u64, limit: usize| async move {
+        candidates(s.owed_emails(before, limit).await.unwrap())
+    };
+
+    assert_eq!(
+        owed(t0 + 41, 10).await,
+        [tied.clone(), vec![cand("c"), cand("a"), cand("d")]].concat(),
+        "oldest paid first, the hold f left out"
+    );
+    assert_eq!(
+        owed(t0 + 40, 10).await,
+        [tied.clone(), vec![cand("c"), cand("a")]].concat(),
+        "strictly before: d, paid at the bound, is not listed"
+    );
+    assert_eq!(owed(t0 + 11, 10).await, tied);
+    assert!(owed(t0 + 10, 10).await.is_empty(), "paid at the bound");
+    assert_eq!(owed(u64::MAX, 2).await, tied, "the limit keeps the oldest");
+    assert_eq!(
+        owed(u64::MAX, 3).await,
+        [tied.clone(), vec![cand("c")]].concat()
+    );
+    assert!(owed(u64::MAX, 0).await.is_empty());
+    // the records as they are
+    for r in s.owed_emails(u64::MAX, 10).await.unwrap() {
+        assert_eq!(r.status, RecordStatus::Paid);
+        assert!(!r.email_sent);
+        assert_eq!(s.get(&r.candidate, true).await.unwrap(), Some(r));
+    }
+
+    // emailed: no longer owed; deleted: neither
+    s.mark_emailed(&cand("c"), &pay("P3")).await.unwrap();
+    s.delete(&cand("a"), Condition::PaymentIs(pay("P1")))
+        .await
+        .unwrap();
+    // a PAID record put whole (the callback's PAID-from-copy) is owed; one
+    // replaced by a hold is not
+    s.put(
+        held("g", "P7", t0).into_paid(ConfirmPath::Webhook, t0 + 5),
+        Condition::NotExists,
+    )
+    .await
+    .unwrap();
+    s.replace(held("d", "P8", t0 + 50), Condition::PaymentIs(pay("P4")))
+        .await
+        .unwrap();
+    f.settle().await;
+    assert_eq!(
+        owed(u64::MAX, 10).await,
+        [vec![cand("g")], tied].concat(),
+        "emailed c, deleted a and replaced d left out"
+    );
 }
 
 /// The audit's scan: every record, HELD and PAID, in candidate order, none

@@ -25,6 +25,7 @@
 //! | `<prefix>:{sale:<id>}:records:payments` | hash | payment ID → candidate | the payment GSI (`by_payment`) |
 //! | `<prefix>:{sale:<id>}:records:held` | sorted set | HELD candidates scored by `deadline_ms` | the reconciler's `held_due`: most overdue first, ties by candidate (equal scores order by member) |
 //! | `<prefix>:{sale:<id>}:records:ttl` | sorted set | candidates whose record carries a TTL, scored by `expires_at_s` | the TTL service's [`RedisRecords::sweep_ttl`], earliest first, without a scan |
+//! | `<prefix>:{sale:<id>}:records:owed` | sorted set | PAID candidates whose confirmation email is owed (`email_sent` false), scored by `paid_ms` | the email sweep's `owed_emails`: oldest paid first, ties by candidate; every write script keeps it exact (HELD→PAID adds, the email latch and deletes remove) |
 //! | `<prefix>:{sale:<id>}:records:all` | sorted set | every candidate with a record, all scored 0 | the audit's `scan_all` in candidate order (equal scores order by member, byte-wise, as `CandidateHash` orders) |
 //! | `<prefix>:{sale:<id>}:records:stream` | stream | one entry per change, id `<sequence>-0`: `kind`, `at` (ms), `old`/`new` images (JSON of the fields), `who` = `ttl` on the TTL service's removals | the change stream, trimmed to `stream_retained_max` entries in the writing script |
 //! | `<prefix>:{sale:<id>}:records:seq` | string | the last sequence written | the stream's positions: `INCR`ed by the writing script, so strictly increasing in write order |
@@ -39,11 +40,12 @@
 //! - Redis does not throttle: [`RecordStore::throttles`] is always zero; an
 //!   overloaded server answers slowly, and a call past
 //!   [`booking_redis::ledger::RESPONSE_MAX`] is `Unavailable`.
-//! - `scan_all` and `held_due` read the index, then the records (a round
-//!   trip each, `scan_all` by pages of [`READ_BATCH_MAX`]): each record is
-//!   read consistently, but the scan is not one snapshot of the whole table
-//!   (neither is DynamoDB's paged Scan); a record written in between is seen
-//!   as it is now (`held_due` drops one no longer HELD and due).
+//! - `scan_all`, `held_due` and `owed_emails` read the index, then the
+//!   records (a round trip each, `scan_all` by pages of [`READ_BATCH_MAX`]):
+//!   each record is read consistently, but the scan is not one snapshot of
+//!   the whole table (neither is DynamoDB's paged Scan); a record written in
+//!   between is seen as it is now (`held_due` drops one no longer HELD and
+//!   due, `owed_emails` one emailed or deleted meanwhile).
 //! - A stream entry's `at_ms` is the writing process's clock when it called
 //!   the script; its sequence is the server's order. Two processes whose
 //!   clocks disagree may write entries whose `at_ms` step back by the skew;
@@ -79,7 +81,7 @@ pub const STREAM_RETAINED_MAX: usize = 1 << 20;
 /// Between two looks at an idle stream while a read waits (see
 /// [`ChangeStream::read`] on [`RedisRecords`]).
 pub const STREAM_POLL_INTERVAL: Duration = Duration::from_millis(20);
-/// Records read per round trip by `scan_all` and `held_due`.
+/// Records read per round trip by `scan_all`, `held_due` and `owed_emails`.
 pub const READ_BATCH_MAX: usize = 500;
 
 /// How the records behave.
@@ -125,6 +127,7 @@ struct Keys {
     all: String,
     stream: String,
     seq: String,
+    owed: String,
 }
 
 impl Keys {
@@ -139,6 +142,7 @@ impl Keys {
             all: key("records:all"),
             stream: key("records:stream"),
             seq: key("records:seq"),
+            owed: key("records:owed"),
         }
     }
 
@@ -350,7 +354,7 @@ impl RedisRecords {
             .map_err(|e| RecordError::Unavailable(format!("no redis connection: {e}")))
     }
 
-    /// A write script on `candidate`'s record: its seven keys and first three
+    /// A write script on `candidate`'s record: its eight keys and first three
     /// arguments (candidate, now, stream entries kept).
     fn write<'a>(&self, script: &'a Script, candidate: &str) -> ScriptInvocation<'a> {
         let mut call = script.prepare_invoke();
@@ -361,6 +365,7 @@ impl RedisRecords {
             .key(&self.keys.all)
             .key(&self.keys.stream)
             .key(&self.keys.seq)
+            .key(&self.keys.owed)
             .arg(candidate)
             .arg(self.clock.now_ms())
             .arg(self.config.stream_retained_max.max(1));
@@ -614,6 +619,48 @@ impl RecordStore for RedisRecords {
                 .then_with(|| a.candidate.cmp(&b.candidate))
         });
         Ok(due)
+    }
+
+    async fn owed_emails(
+        &self,
+        paid_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<BookingRecord>, RecordError> {
+        if limit == 0 || paid_before_ms == 0 {
+            return Ok(Vec::new());
+        }
+        // strictly before: the exclusive bound `(<paid_before_ms>`
+        let candidates: Vec<String> = {
+            let mut conn = self.conn().await?;
+            redis::cmd("ZRANGEBYSCORE")
+                .arg(&self.keys.owed)
+                .arg("-inf")
+                .arg(format!("({paid_before_ms}"))
+                .arg("LIMIT")
+                .arg(0)
+                .arg(i64::try_from(limit).unwrap_or(i64::MAX))
+                .query_async(&mut *conn)
+                .await
+                .map_err(record_error)?
+        };
+        // a record emailed, deleted or replaced since the index was read is
+        // dropped
+        let mut owed: Vec<BookingRecord> = self
+            .records_of(&candidates)
+            .await?
+            .into_iter()
+            .filter(|r| {
+                r.status == RecordStatus::Paid
+                    && !r.email_sent
+                    && r.paid_ms.is_some_and(|p| p < paid_before_ms)
+            })
+            .collect();
+        owed.sort_by(|a, b| {
+            a.paid_ms
+                .cmp(&b.paid_ms)
+                .then_with(|| a.candidate.cmp(&b.candidate))
+        });
+        Ok(owed)
     }
 
     /// Pages through the candidates by name (`ZRANGEBYLEX` after the last

@@ -150,6 +150,7 @@ async fn every_key_of_the_records_shares_the_sales_hash_tag() {
         named("records:all"),
         named("records:stream"),
         named("records:seq"),
+        named("records:owed"),
     ];
     want.sort();
     assert_eq!(keys, want);

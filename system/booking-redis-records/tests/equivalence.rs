@@ -20,7 +20,7 @@ use booking::records::{
 use booking::{Bug, Bugs, SaleId};
 use booking_contract::records::{HOLD_MS, cand, held, pay};
 use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
-use booking_redis::keys::KeyPrefix;
+use booking_redis::keys::{KeyPrefix, sale_key};
 use booking_redis_records::{RedisRecords, RedisRecordsConfig};
 use redis_server::RedisServer;
 
@@ -105,6 +105,17 @@ async fn run(seed: u64, bugs: Bugs) {
     .await
     .unwrap();
     let (e, r): (&dyn RecordStore, &dyn RecordStore) = (&embedded, &redis);
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let owed_key = sale_key(
+        &KeyPrefix::parse("equivalence").unwrap(),
+        &SaleId::parse("launch").unwrap(),
+        "records:owed",
+    );
+    let mut steps_owing = 0;
     let mut d = Draw(seed);
     let paths = [
         ConfirmPath::Callback,
@@ -221,10 +232,38 @@ async fn run(seed: u64, bugs: Bugs) {
                     r.held_due(before, limit).await,
                 );
             }
-            13 => same(step, "scan_all", e.scan_all().await, r.scan_all().await),
+            13 => {
+                same(step, "scan_all", e.scan_all().await, r.scan_all().await);
+                // paid_ms is the clock at HELD→PAID: bounds around now
+                let before = (now + 1).saturating_sub(d.below(HOLD_MS / 2));
+                let limit = d.below(4) as usize;
+                same(
+                    step,
+                    "owed_emails",
+                    e.owed_emails(before, limit).await,
+                    r.owed_emails(before, limit).await,
+                );
+            }
             _ => clock.advance_ms(d.below(HOLD_MS / 5)),
         }
+        // the owed index is exact after every step, not only filtered on
+        // the way out: the owed candidates, oldest paid first, and no other
+        let owed = e.owed_emails(u64::MAX, usize::MAX).await.unwrap();
+        let index: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&owed_key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let want: Vec<String> = owed.iter().map(|r| r.candidate.to_string()).collect();
+        assert_eq!(index, want, "step {step}: the owed index");
+        steps_owing += usize::from(!owed.is_empty());
     }
+    assert!(
+        steps_owing > OPS / 10,
+        "a sequence that rarely owes an email"
+    );
     let stream_e = embedded.read(0, 100_000, Duration::ZERO).await.unwrap();
     let stream_r = redis.read(0, 100_000, Duration::ZERO).await.unwrap();
     assert!(stream_e.len() > OPS / 10, "a sequence that changes little");

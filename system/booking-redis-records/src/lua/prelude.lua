@@ -7,13 +7,15 @@
 --   KEYS[5] rec-all          sorted set (all scores 0): every candidate, by name
 --   KEYS[6] rec-stream       stream: the change stream, ids <sequence>-0
 --   KEYS[7] rec-seq          string: the last sequence written
+--   KEYS[8] rec-owed         sorted set: PAID candidates whose email is owed
+--                            (email_sent not '1'), by paid_ms
 --   ARGV[1] candidate, ARGV[2] now (ms, the caller's clock), ARGV[3] stream
 --   entries kept at most.
 -- A script checks before its first write (Redis does not roll a failed
 -- script back) and answers {'OK', <json>} or {'FAILED', <json of the current
 -- record, absent if none>}.
-local REC, PAYMENTS, HELD, TTL, ALL, STREAM, SEQ =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local REC, PAYMENTS, HELD, TTL, ALL, STREAM, SEQ, OWED =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local candidate, now_ms, retained = ARGV[1], ARGV[2], ARGV[3]
 
 -- The current record as a table of attribute -> string, nil if absent.
@@ -145,10 +147,16 @@ local function commit(old, new, who)
     else
       redis.call('ZREM', TTL, candidate)
     end
+    if new.status == 'PAID' and new.email_sent ~= '1' and new.paid_ms ~= nil then
+      redis.call('ZADD', OWED, new.paid_ms, candidate)
+    else
+      redis.call('ZREM', OWED, candidate)
+    end
     redis.call('ZADD', ALL, 0, candidate)
   else
     redis.call('ZREM', HELD, candidate)
     redis.call('ZREM', TTL, candidate)
+    redis.call('ZREM', OWED, candidate)
     redis.call('ZREM', ALL, candidate)
   end
   local kind = 'MODIFY'
