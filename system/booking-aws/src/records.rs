@@ -14,7 +14,15 @@
 //!   same step as the payment is recorded;
 //! - delete: `DeleteItem` under the condition, returning what it deleted;
 //! - reads: `GetItem` (consistent or not), the `by_payment` GSI, the sparse
-//!   `held_due` GSI one bucket at a time, a consistent `Scan` for the audit.
+//!   `held_due` GSI one bucket at a time, a consistent `Scan` for the audit;
+//! - owed_emails: a consistent `Scan` filtered on [`owed_filter`], read to
+//!   its last page, sorted and cut to the limit. A FULL-TABLE scan (the
+//!   filter drops items after they are read, and every item read is paid
+//!   for): tolerable because the email sweep runs once per sweep interval on
+//!   the leader only. For later: a sparse GSI keyed on an attribute that only
+//!   a PAID record whose email is owed carries (set by HELD→PAID, removed by
+//!   the email latch, as `held_bucket` is for `held_due`) would make it a
+//!   `Query`.
 //!
 //! Throttled requests are counted (reads and writes apart) before the error
 //! goes back; the client makes one attempt per call, so none is retried away
@@ -175,6 +183,20 @@ pub fn extend_update(deadline_ms: u64) -> Expr {
             (":ttl".into(), n(ttl_for_deadline(deadline_ms))),
             (":one".into(), n(1)),
             (":zero".into(), n(0)),
+        ],
+    }
+}
+
+/// The email sweep's filter: PAID, the email not sent, paid strictly before
+/// `paid_before_ms`.
+pub fn owed_filter(paid_before_ms: u64) -> Expr {
+    Expr {
+        text: "#st = :paid AND email_sent = :no AND paid_ms < :before".into(),
+        names: vec![("#st".into(), "status".into())],
+        values: vec![
+            (":paid".into(), status_value(RecordStatus::Paid)),
+            (":no".into(), AttributeValue::Bool(false)),
+            (":before".into(), n(paid_before_ms)),
         ],
     }
 }
@@ -561,6 +583,56 @@ impl RecordStore for DynamoRecords {
         Ok(due)
     }
 
+    /// A full-table consistent `Scan` filtered on [`owed_filter`] (see the
+    /// module's notes: a sparse GSI would make it a query).
+    async fn owed_emails(
+        &self,
+        paid_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<BookingRecord>, RecordError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let expr = owed_filter(paid_before_ms);
+        let mut owed = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        for _ in 0..PAGES_MAX {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .filter_expression(&expr.text)
+                .set_expression_attribute_names(expr.names_map())
+                .set_expression_attribute_values(expr.values_map())
+                .limit(SCAN_PAGE)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.error(&Failure::of(&e), Kind::Read))?;
+            for i in page.items() {
+                owed.push(read_item(i)?);
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        owed.retain(|r| {
+            r.status == RecordStatus::Paid
+                && !r.email_sent
+                && r.paid_ms.is_some_and(|p| p < paid_before_ms)
+        });
+        // oldest paid first; ties by candidate
+        owed.sort_by(|a, b| {
+            a.paid_ms
+                .cmp(&b.paid_ms)
+                .then_with(|| a.candidate.cmp(&b.candidate))
+        });
+        owed.truncate(limit);
+        Ok(owed)
+    }
+
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {
         let mut out = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -627,6 +699,22 @@ mod tests {
         let st = both.names.iter().filter(|(k, _)| k == "#st").count();
         assert_eq!(st, 1);
         assert!(both.values.iter().any(|(k, _)| k == ":p"));
+    }
+
+    #[test]
+    fn the_owed_filter_asks_for_paid_unsent_and_strictly_earlier() {
+        let f = owed_filter(1_234);
+        assert_eq!(
+            f.text,
+            "#st = :paid AND email_sent = :no AND paid_ms < :before"
+        );
+        assert_eq!(f.names, vec![("#st".to_owned(), "status".to_owned())]);
+        assert!(f.values.contains(&(":paid".into(), s("PAID"))));
+        assert!(
+            f.values
+                .contains(&(":no".into(), AttributeValue::Bool(false)))
+        );
+        assert!(f.values.contains(&(":before".into(), n(1_234))));
     }
 
     #[test]
