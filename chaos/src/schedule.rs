@@ -152,6 +152,7 @@ impl Target {
                 "get",
                 "by_payment",
                 "held_due",
+                "owed_emails",
                 "scan_all",
                 "throttles",
             ],

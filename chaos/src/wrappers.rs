@@ -536,6 +536,19 @@ impl RecordStore for FaultyRecords {
             )
             .await
     }
+    async fn owed_emails(
+        &self,
+        paid_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<BookingRecord>, RecordError> {
+        self.site
+            .run(
+                Target::Records,
+                "owed_emails",
+                self.store.owed_emails(paid_before_ms, limit),
+            )
+            .await
+    }
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {
         self.site
             .run(Target::Records, "scan_all", self.store.scan_all())

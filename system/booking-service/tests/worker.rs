@@ -210,6 +210,9 @@ impl RecordStore for FailingReads {
     async fn held_due(&self, d: u64, l: usize) -> Result<Vec<BookingRecord>, RecordError> {
         self.0.held_due(d, l).await
     }
+    async fn owed_emails(&self, p: u64, l: usize) -> Result<Vec<BookingRecord>, RecordError> {
+        self.0.owed_emails(p, l).await
+    }
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {
         self.0.scan_all().await
     }
