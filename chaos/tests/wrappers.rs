@@ -562,6 +562,7 @@ kind = { type = "clock_skew", ms = -700 }
         level: gold(),
         payment_id: pid.clone(),
         trx_id: None,
+        recovered: false,
     };
     assert!(matches!(
         mailer.send(&confirmation).await,

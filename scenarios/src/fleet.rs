@@ -90,6 +90,9 @@ pub struct Snapshot {
     pub dead_letters: u64,
     /// Confirmation emails sent.
     pub emails: u64,
+    /// PAID records whose email is still owed (in process: the email sweep
+    /// sends them a sweep interval after the payment).
+    pub emails_owed: u64,
     /// Alerts raised.
     pub alerts: u64,
     /// The most seats each level showed taken in any status document
@@ -630,6 +633,7 @@ impl Fleet {
             for (level, c) in report.records {
                 snap.held += c.held;
                 snap.paid += c.paid;
+                snap.emails_owed += c.emails_owed;
                 snap.paid_per_level.insert(level.to_string(), c.paid);
             }
             // Deadlines and confirm paths are not visible remotely: every
@@ -673,6 +677,7 @@ impl Fleet {
                 }
                 RecordStatus::Paid => {
                     snap.paid += 1;
+                    snap.emails_owed += u64::from(!r.email_sent);
                     *snap.paid_per_level.entry(r.level.to_string()).or_default() += 1;
                     let path = r.paid_by.map_or_else(
                         || "unknown".to_owned(),

@@ -599,8 +599,12 @@ async fn settle(
         last = snap;
         let quiet = unchanged_since.elapsed() >= quiet_for;
         // nothing held, nothing queued, every counted seat a PAID record
-        // (no pending admission left), and still
-        let done = quiet && last.held == 0 && last.queued == 0 && last.taken() == last.paid;
+        // (no pending admission left), no email owed, and still
+        let done = quiet
+            && last.held == 0
+            && last.queued == 0
+            && last.taken() == last.paid
+            && last.emails_owed == 0;
         if done || start.elapsed() >= max {
             let left = Leftovers {
                 overdue_holds: last.overdue_holds,

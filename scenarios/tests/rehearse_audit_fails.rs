@@ -333,6 +333,7 @@ async fn every_invariant_is_reported_broken_by_name() {
             level: p.level.clone(),
             payment_id: p.payment_id.clone(),
             trx_id: None,
+            recovered: false,
         })
         .await
         .unwrap();

@@ -164,6 +164,7 @@ mod tests {
             level: level(),
             payment_id: p(n),
             trx_id: None,
+            recovered: false,
         }
     }
 

@@ -17,7 +17,7 @@
 //! | `one_booking_per_candidate` | records, ledger marks, emails, gateway | no candidate has two bookings: *live*, every record agrees with its candidate's ledger mark (its paid mark, or its held hold at the record's level, is the record's payment: the store keys records by candidate, so a second live booking shows as a disagreement); no candidate was emailed for two payments; no candidate completed two payments at the gateway (where the gateway names the payer) | violations |
 //! | `no_throttling` | throttles | the record store reported no throttled request | throttled requests |
 //! | `dead_letter_queue_empty` | dead letters | no admission was given up on | dead letters |
-//! | `one_email_per_paid` | records, emails | every PAID booking has exactly one confirmation, and no payment that is not PAID has any | violations |
+//! | `one_email_per_paid` | records, emails | every PAID booking has a confirmation, and only one, but for one repeat where the email sweep recovered the send (its winner may have sent it before dying: an unknown outcome); no payment that is not PAID has any | violations |
 //! | `status_matches_counters` | the current status document | it says what the counters say: sale, open flag, cap and taken per level | violations |
 //! | `status_never_showed_full_level_open` | landed documents | no document landed showing a full level (or a closed sale) open, and none was unreadable | violations |
 //! | `status_writes_in_read_order` | landed documents | no document was built from an older read of the counters than one that landed before it (an older read landing last can show a level that has filled as open) | violations |
@@ -383,30 +383,42 @@ pub fn dead_letter_queue_empty(s: &SaleSnapshot) -> Verdict {
 pub fn one_email_per_paid(s: &SaleSnapshot) -> Verdict {
     let paid = paid_records(s);
     let emails: Vec<_> = s.emails.iter().filter(|c| c.sale == s.sale).collect();
-    let mut per_payment: BTreeMap<&PaymentId, usize> = BTreeMap::new();
+    // per payment: emails, and how many of them the sweep recovered
+    let mut per_payment: BTreeMap<&PaymentId, (usize, usize)> = BTreeMap::new();
     for c in &emails {
-        *per_payment.entry(&c.payment_id).or_default() += 1;
+        let e = per_payment.entry(&c.payment_id).or_default();
+        e.0 += 1;
+        e.1 += usize::from(c.recovered);
     }
     let mut problems = Vec::new();
+    let mut repeats = 0;
     for r in &paid {
-        let n = per_payment.get(&r.payment_id).copied().unwrap_or(0);
-        if n != 1 {
+        let (n, recovered) = per_payment.get(&r.payment_id).copied().unwrap_or((0, 0));
+        // a recovered send may repeat the winner's, whose outcome was
+        // unknown: one repeat, and only then
+        if n == 0 || n > 2 || (n == 2 && recovered == 0) {
             problems.push(format!(
-                "{} ({}): {n} emails",
+                "{} ({}): {n} emails ({recovered} recovered)",
                 r.payment_id,
                 short(&r.candidate)
             ));
+        } else {
+            repeats += n - 1;
         }
     }
     let paid_payments: BTreeSet<&PaymentId> = paid.iter().map(|r| &r.payment_id).collect();
-    for (p, n) in &per_payment {
+    for (p, (n, _)) in &per_payment {
         if !paid_payments.contains(p) {
             problems.push(format!("{p}: {n} emails, no PAID record"));
         }
     }
+    let recovered = emails.iter().filter(|c| c.recovered).count();
     Verdict::none_of(
         ONE_EMAIL_PER_PAID,
-        &format!("{} emails", emails.len()),
+        &format!(
+            "{} emails ({recovered} recovered by the email sweep, {repeats} repeats of an unknown outcome)",
+            emails.len()
+        ),
         &problems,
     )
 }

@@ -43,6 +43,7 @@ fn email(n: u32) -> Confirmation {
         level: gold(),
         payment_id: p(n),
         trx_id: None,
+        recovered: false,
     }
 }
 fn payment(n: u32, state: GatewayState, who: Option<u32>) -> GatewayPayment {
@@ -436,6 +437,37 @@ fn one_email_per_paid_fails_on_none_two_or_one_for_an_unpaid_booking() {
     s.emails.push(email(2));
     let v = one_email_per_paid(&s);
     assert!(!v.passed && v.detail.contains("no PAID record"), "{v:?}");
+}
+
+#[test]
+fn one_email_per_paid_allows_one_repeat_only_where_the_sweep_recovered_the_send() {
+    let recovered = Confirmation {
+        recovered: true,
+        ..email(1)
+    };
+    // the winner's send (outcome unknown) and the sweep's: allowed
+    let mut s = live();
+    s.emails.push(recovered.clone());
+    let v = one_email_per_paid(&s);
+    assert!(v.passed, "{v:?}");
+    assert!(
+        v.detail.contains("1 recovered") && v.detail.contains("1 repeats"),
+        "{v:?}"
+    );
+    // the sweep's send alone: one email
+    let mut s = live();
+    s.emails.retain(|e| e.payment_id != recovered.payment_id);
+    s.emails.push(recovered.clone());
+    assert!(one_email_per_paid(&s).passed);
+    // a third send is no unknown outcome's repeat
+    let mut s = live();
+    s.emails.push(recovered.clone());
+    s.emails.push(recovered);
+    let v = one_email_per_paid(&s);
+    assert!(
+        !v.passed && v.detail.contains("3 emails (2 recovered)"),
+        "{v:?}"
+    );
 }
 
 #[test]

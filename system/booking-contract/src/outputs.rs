@@ -129,6 +129,7 @@ pub fn confirmation(payment: &str, trx: bool) -> Confirmation {
         level: Level::parse("gold").unwrap_or_else(|e| panic!("{e}")),
         payment_id: PaymentId::parse(payment).unwrap_or_else(|e| panic!("{e}")),
         trx_id: trx.then(|| format!("trx-{payment}")),
+        recovered: false,
     }
 }
 

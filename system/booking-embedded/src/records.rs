@@ -622,6 +622,37 @@ impl RecordStore for EmbeddedRecords {
         Ok(due)
     }
 
+    async fn owed_emails(
+        &self,
+        paid_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<BookingRecord>, RecordError> {
+        let now_ms = self.clock.now_ms();
+        let mut table = self.table.lock();
+        self.charge(&mut table, Capacity::Read, now_ms)?;
+        let cutoff = self.cutoff(now_ms);
+        table.prune_all(cutoff);
+        let mut owed: Vec<BookingRecord> = table
+            .items
+            .values()
+            .filter_map(|item| item.as_of(cutoff))
+            .filter(|r| {
+                r.status == RecordStatus::Paid
+                    && !r.email_sent
+                    && r.paid_ms.is_some_and(|p| p < paid_before_ms)
+            })
+            .cloned()
+            .collect();
+        // oldest paid first; ties by candidate
+        owed.sort_by(|a, b| {
+            a.paid_ms
+                .cmp(&b.paid_ms)
+                .then_with(|| a.candidate.cmp(&b.candidate))
+        });
+        owed.truncate(limit);
+        Ok(owed)
+    }
+
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {
         let now_ms = self.clock.now_ms();
         let mut table = self.table.lock();

@@ -49,6 +49,7 @@ fn confirmation(payment: &str) -> Confirmation {
         level: level("gold"),
         payment_id: pay(payment),
         trx_id: Some(format!("trx-{payment}")),
+        recovered: false,
     }
 }
 

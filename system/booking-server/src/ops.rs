@@ -184,6 +184,10 @@ pub struct RecordCounts {
     pub held: u64,
     /// PAID records.
     pub paid: u64,
+    /// PAID records whose confirmation email is still owed (the email
+    /// sweep sends it).
+    #[serde(default)]
+    pub emails_owed: u64,
 }
 
 /// The sale now.
@@ -231,7 +235,10 @@ fn per_level(records: &[BookingRecord]) -> BTreeMap<Level, RecordCounts> {
         let e = m.entry(r.level.clone()).or_default();
         match r.status {
             RecordStatus::Held => e.held += 1,
-            RecordStatus::Paid => e.paid += 1,
+            RecordStatus::Paid => {
+                e.paid += 1;
+                e.emails_owed += u64::from(!r.email_sent);
+            }
         }
     }
     m

@@ -12,9 +12,15 @@
 //!    gone (the reconciler released the seat between its own ledger release
 //!    and its record delete, while this payment completed): money moved for
 //!    a released seat, so a human is alerted (`paid_after_release`).
-//! 3. `RecordStore::mark_emailed`: the at-most-once latch in front of the
-//!    email. If it answers "already" (condition failed), nothing is sent.
-//! 4. `Mailer::send`, never before steps 1 and 3.
+//! 3. `Mailer::send`, never before step 1.
+//! 4. `RecordStore::mark_emailed`: the email is no longer owed.
+//!
+//! An email is never lost: a PAID record whose email is not marked sent is
+//! owed, and the email sweep ([`send_owed_emails`], the reconciler's leader,
+//! a grace after the payment) sends it, marked `recovered`. A repeat is
+//! possible only where the outcome was unknown (sent, then the sender died
+//! or its mark failed): the audit allows one repeat per recovered send and
+//! no other.
 //!
 //! Crash windows, honestly:
 //! - after 1, before 2: the record is PAID, the ledger still shows the hold
@@ -22,13 +28,11 @@
 //!   later confirm path for the same payment gets `AlreadyPaid` and repeats
 //!   the (idempotent) ledger step, which repairs it; the audit shows the
 //!   difference until then.
-//! - after 1, before 3: the record is PAID with `email_sent = false` and no
-//!   email went out. Nothing here re-sends it (only the winner sends); the
-//!   audit ("every PAID has exactly one email") shows it, and a re-send tool
-//!   may use the latch safely.
-//! - after 3, before 4 (or the mailer fails): `email_sent = true` but the
-//!   email was lost. The latch prefers losing an email to sending two; a
-//!   mailer failure raises an `email_failed` alert.
+//! - after 1, before 3 (or the mailer fails, alerted as `email_failed`):
+//!   the record is PAID with its email owed; the sweep sends it.
+//! - after 3, before 4 (or the mark fails): the email went out and is still
+//!   owed; the sweep sends it again, marked `recovered`: the one repeat
+//!   this design allows.
 //!
 //! **The fast payer** ([`mark_paid_from_copy`]): a payment completed before
 //! the worker wrote the HELD record, so the conditional HELD→PAID update
@@ -53,7 +57,7 @@
 //!    HELD→PAID step; an older booking's stale record → replaced, conditioned
 //!    on its payment; a newer booking or another payment's PAID record → not
 //!    ours, nothing written; PAID with this payment → another path won.
-//! 3. The winner, and only the winner: the email latch, then the email (the
+//! 3. The winner, and only the winner: the email, then its mark (the
 //!    same order and alerts as [`mark_paid`]'s winner).
 //!
 //! Crash windows: after 1, before 2, the ledger has the seat paid and there
@@ -78,7 +82,7 @@ use booking::{AdmittedBooking, Bug, Bugs, CandidateHash, PaymentId, SaleId};
 /// The ports the confirm step uses.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfirmPorts<'a> {
-    /// The record store (HELD→PAID, the email latch).
+    /// The record store (HELD→PAID, the email mark).
     pub records: &'a dyn RecordStore,
     /// The seat ledger (mark paid).
     pub ledger: &'a dyn Ledger,
@@ -133,13 +137,15 @@ impl LedgerMark {
 /// What happened to the confirmation email.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EmailOutcome {
-    /// Latched and sent.
+    /// Sent and marked sent.
     Sent,
-    /// The latch says it was sent already: nothing sent.
+    /// Sent; the mark found it marked by another sender already (the email
+    /// sweep): a repeat the audit allows for a recovered send.
     AlreadySent,
-    /// The latch could not be set: nothing sent.
+    /// Sent; marking it failed: still owed, the email sweep sends it again.
     LatchFailed(RecordError),
-    /// Latched, but the mailer failed: lost (alerted).
+    /// The mailer failed: nothing sent, the email stays owed and the email
+    /// sweep retries it (alerted).
     SendFailed(NotifyError),
 }
 
@@ -334,11 +340,12 @@ async fn email_before_update(ports: ConfirmPorts<'_>, request: &PaidRequest) -> 
         level: record.level.clone(),
         payment_id: record.payment_id.clone(),
         trx_id: request.trx_id.clone(),
+        recovered: false,
     };
     ports.mailer.send(&confirmation).await.is_ok()
 }
 
-/// What the winner does: ledger, latch, email.
+/// What the winner does: ledger, email, its mark.
 async fn after_win(
     ports: ConfirmPorts<'_>,
     request: &PaidRequest,
@@ -369,7 +376,16 @@ async fn after_win(
         LedgerMark::Done | LedgerMark::AlreadyPaid => {}
     }
     let email = if emailed_early {
-        EmailOutcome::Sent
+        // sent before the update (the zoo's trap): only its mark is left
+        match ports
+            .records
+            .mark_emailed(&record.candidate, &record.payment_id)
+            .await
+        {
+            Ok(_) => EmailOutcome::Sent,
+            Err(RecordError::ConditionFailed { .. }) => EmailOutcome::AlreadySent,
+            Err(e) => EmailOutcome::LatchFailed(e),
+        }
     } else {
         send_confirmation(ports, &record, request.trx_id.clone()).await
     };
@@ -380,48 +396,113 @@ async fn after_win(
     }
 }
 
-/// The winner's email: the record's email latch first (`mark_emailed`), then
-/// the send, so a confirmation goes at most once whoever calls this twice.
-/// Only the winner of a HELD→PAID step may call it.
+/// The winner's email: the send, then the record's mark (`mark_emailed`),
+/// so an email is never lost: a sender that dies before the mark leaves the
+/// record PAID with its email owed, and the email sweep
+/// ([`send_owed_emails`]) sends it. Only the winner of a HELD→PAID step
+/// may call it.
 pub async fn send_confirmation(
     ports: ConfirmPorts<'_>,
     record: &BookingRecord,
     trx_id: Option<String>,
 ) -> EmailOutcome {
+    send_and_mark(ports, record, trx_id, false).await
+}
+
+async fn send_and_mark(
+    ports: ConfirmPorts<'_>,
+    record: &BookingRecord,
+    trx_id: Option<String>,
+    recovered: bool,
+) -> EmailOutcome {
+    let confirmation = Confirmation {
+        sale: record.sale.clone(),
+        candidate: record.candidate.clone(),
+        level: record.level.clone(),
+        payment_id: record.payment_id.clone(),
+        trx_id,
+        recovered,
+    };
+    if let Err(e) = ports.mailer.send(&confirmation).await {
+        alert(
+            ports.alerts,
+            "email_failed",
+            format!("confirmation email failed (owed: the email sweep retries it): {e}"),
+            &record.candidate,
+            &record.payment_id,
+        )
+        .await;
+        return EmailOutcome::SendFailed(e);
+    }
     match ports
         .records
         .mark_emailed(&record.candidate, &record.payment_id)
         .await
     {
+        Ok(_) => EmailOutcome::Sent,
         Err(RecordError::ConditionFailed { .. }) => EmailOutcome::AlreadySent,
         Err(e) => {
-            tracing::error!(candidate = %record.candidate, error = %e, "email latch failed; not sending");
+            tracing::error!(candidate = %record.candidate, error = %e,
+                "email sent, marking it failed: the email sweep sends it again");
             EmailOutcome::LatchFailed(e)
         }
-        Ok(_) => {
-            let confirmation = Confirmation {
-                sale: record.sale.clone(),
-                candidate: record.candidate.clone(),
-                level: record.level.clone(),
-                payment_id: record.payment_id.clone(),
-                trx_id,
-            };
-            match ports.mailer.send(&confirmation).await {
-                Ok(()) => EmailOutcome::Sent,
-                Err(e) => {
-                    alert(
-                        ports.alerts,
-                        "email_failed",
-                        format!("confirmation email failed: {e}"),
-                        &record.candidate,
-                        &record.payment_id,
-                    )
-                    .await;
-                    EmailOutcome::SendFailed(e)
-                }
-            }
+    }
+}
+
+/// What one email sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OwedSweep {
+    /// Owed emails found.
+    pub owed: u64,
+    /// Sent and marked.
+    pub sent: u64,
+    /// Not sent (the mailer failed) or not marked: still owed.
+    pub failed: u64,
+}
+
+/// The email sweep: every PAID record whose email is still owed although
+/// it was paid before `paid_before_ms` (its winner died, or its mailer
+/// failed, or its mark failed) gets its email, marked `recovered` (the
+/// winner may have sent it before dying: an outcome nobody can know), then
+/// its mark. Run by one instance at a time (the reconciler's leader), with
+/// `paid_before_ms` a grace behind now, so a winner still sending is left
+/// alone.
+pub async fn send_owed_emails(
+    ports: ConfirmPorts<'_>,
+    sale: &SaleId,
+    paid_before_ms: u64,
+    limit: usize,
+) -> Result<OwedSweep, RecordError> {
+    let mut owed = ports.records.owed_emails(paid_before_ms, limit).await?;
+    owed.retain(|r| r.sale == *sale);
+    let mut sweep = OwedSweep {
+        owed: owed.len() as u64,
+        ..OwedSweep::default()
+    };
+    for record in &owed {
+        // the store refuses to mark a record that breaks its invariants (a
+        // PAID record with a TTL): sending would repeat every sweep, so a
+        // human looks instead
+        if let Err(why) = record.check() {
+            alert(
+                ports.alerts,
+                "email_owed_on_broken_record",
+                format!("email owed on a record the store cannot mark: {why}"),
+                &record.candidate,
+                &record.payment_id,
+            )
+            .await;
+            sweep.failed += 1;
+            continue;
+        }
+        tracing::warn!(candidate = %record.candidate, payment = %record.payment_id,
+            "PAID with its email owed: sending it");
+        match send_and_mark(ports, record, None, true).await {
+            EmailOutcome::Sent | EmailOutcome::AlreadySent => sweep.sent += 1,
+            EmailOutcome::LatchFailed(_) | EmailOutcome::SendFailed(_) => sweep.failed += 1,
         }
     }
+    Ok(sweep)
 }
 
 /// Writes attempted from the copy before giving up to the reconciler: a put,

@@ -13,6 +13,10 @@
 //!    hold's deadline (so step 4 decides it now, on a gateway query like any
 //!    other) and a TTL one hold later than now (so the safety net does not
 //!    release it before the reconciler has asked the gateway);
+//!    then sends the confirmation email of every PAID record whose email is
+//!    still owed a sweep interval after its payment (its winner died
+//!    between the HELD→PAID update and the mark, or its mailer failed):
+//!    [`crate::confirm::send_owed_emails`];
 //! 3. takes HELD records of the sale whose deadline is within the sweep
 //!    window or past;
 //! 4. handles them most overdue first, `sweep_concurrency` at a time, and
@@ -244,6 +248,9 @@ pub struct SweepReport {
     pub alerts: u64,
     /// Steps that failed (retried next sweep).
     pub errors: u64,
+    /// Owed confirmation emails sent by this sweep (their winner died, or
+    /// its mailer or mark failed).
+    pub emails_recovered: u64,
 }
 
 /// The reconciler's counters (totals over all sweeps).
@@ -262,6 +269,7 @@ struct Totals {
     alerts: AtomicU64,
     errors: AtomicU64,
     deferred: AtomicU64,
+    emails_recovered: AtomicU64,
 }
 
 /// A snapshot of the reconciler's counters.
@@ -282,6 +290,9 @@ pub struct ReconcilerCounts {
     pub errors: u64,
     /// Due records not started because the budget ran out.
     pub deferred: u64,
+    /// Owed confirmation emails sent by the sweeps.
+    #[serde(default)]
+    pub emails_recovered: u64,
 }
 
 /// What handling one record came to.
@@ -332,6 +343,7 @@ impl Reconciler {
             alerts: g(&t.alerts),
             errors: g(&t.errors),
             deferred: g(&t.deferred),
+            emails_recovered: g(&t.emails_recovered),
         }
     }
 
@@ -439,6 +451,10 @@ impl Reconciler {
         // (2) held holds with no record at all
         self.recover_orphans(now_ms, &mut report).await;
 
+        // (2b) PAID records whose email is still owed a sweep interval after
+        // the payment: their winner died before sending or marking it
+        self.send_owed_emails(now_ms, &mut report).await;
+
         // (3) due records of this sale, (4) most overdue first
         let window_end = now_ms.saturating_add(settings.sweep_window.as_millis() as u64);
         let mut due = match self
@@ -500,6 +516,33 @@ impl Reconciler {
         self.add_totals(&report);
         tracing::debug!(?report, "sweep done");
         report
+    }
+
+    /// Step 2b: the email sweep ([`confirm::send_owed_emails`]) over the
+    /// records paid more than a sweep interval ago: a winner still sending
+    /// is given that long.
+    async fn send_owed_emails(&self, now_ms: u64, report: &mut SweepReport) {
+        let settings = &self.config.settings;
+        let before = now_ms.saturating_sub(settings.sweep_interval.as_millis() as u64);
+        let ports = ConfirmPorts {
+            records: self.ports.records.as_ref(),
+            ledger: self.ports.ledger.as_ref(),
+            mailer: self.ports.mailer.as_ref(),
+            alerts: self.ports.alerts.as_ref(),
+            bugs: &settings.bugs,
+        };
+        match confirm::send_owed_emails(ports, &self.config.sale, before, self.config.due_limit)
+            .await
+        {
+            Ok(sweep) => {
+                report.emails_recovered += sweep.sent;
+                report.errors += sweep.failed;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "owed-emails query failed");
+                report.errors += 1;
+            }
+        }
     }
 
     /// Step 2: a HELD record for every held hold past its deadline by more
@@ -588,6 +631,7 @@ impl Reconciler {
             (&t.extended, r.extended),
             (&t.alerts, r.alerts),
             (&t.errors, r.errors),
+            (&t.emails_recovered, r.emails_recovered),
         ] {
             a.fetch_add(v, Ordering::Relaxed);
         }

@@ -342,3 +342,46 @@ async fn a_held_hold_with_a_record_is_not_recovered() {
     let report = r.tick().await;
     assert_eq!((report.orphans_recovered, report.query_failures), (0, 1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_email_owed_by_a_winner_that_died_is_sent_once_a_sweep_interval_later() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.held_record(), booking::Condition::NotExists)
+        .await
+        .unwrap();
+    // the winner's HELD→PAID update landed; it died before its email
+    s.records
+        .mark_paid(
+            &cand("x"),
+            &pay("P1"),
+            booking::records::ConfirmPath::Callback,
+            s.now(),
+        )
+        .await
+        .unwrap();
+    let r = s.reconciler("a");
+    // a winner still sending is given a sweep interval
+    let report = r.tick().await;
+    assert_eq!(report.emails_recovered, 0, "{report:?}");
+    assert!(s.mailer.0.lock().is_empty());
+    s.clock
+        .advance(s.settings.sweep_interval + Duration::from_secs(1));
+    let report = r.tick().await;
+    assert_eq!(report.emails_recovered, 1, "{report:?}");
+    {
+        let sent = s.mailer.0.lock();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].payment_id, pay("P1"));
+        assert!(sent[0].recovered, "the sweep's send is marked recovered");
+    }
+    let record = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+    assert_eq!(record.status, RecordStatus::Paid);
+    assert!(record.email_sent, "marked sent after the send");
+    // owed no more: the next sweeps send nothing
+    s.clock.advance(s.settings.sweep_interval * 2);
+    assert_eq!(r.tick().await.emails_recovered, 0);
+    assert_eq!(s.mailer.0.lock().len(), 1);
+    assert_eq!(r.stats().emails_recovered, 1);
+}

@@ -27,10 +27,18 @@ pub struct Confirmation {
     pub payment_id: PaymentId,
     /// Gateway transaction.
     pub trx_id: Option<String>,
+    /// Sent by the email sweep for a PAID record whose winner never marked
+    /// its email sent: the winner may have sent it and died before the mark
+    /// (an outcome nobody can know), so this one may be a repeat. The audit
+    /// allows that one repeat, and no other.
+    #[serde(default)]
+    pub recovered: bool,
 }
 
 /// Sends confirmation emails. Sent only after the HELD→PAID update succeeded,
-/// and by its winner only: the audit checks exactly one per PAID booking.
+/// by its winner, or by the email sweep when the winner's send was never
+/// marked done: the audit checks one per PAID booking, repeats only where
+/// the sweep recovered a send of unknown outcome.
 #[async_trait]
 pub trait Mailer: Send + Sync + std::fmt::Debug {
     /// Sends one confirmation.

@@ -349,6 +349,16 @@ pub trait RecordStore: Send + Sync + std::fmt::Debug {
         limit: usize,
     ) -> Result<Vec<BookingRecord>, RecordError>;
 
+    /// PAID records whose confirmation email is owed (`email_sent` false),
+    /// paid before `paid_before_ms`, oldest paid first (ties by candidate),
+    /// at most `limit`: the email sweep's query, which sends what a winner
+    /// that died between its HELD→PAID update and its send never sent.
+    async fn owed_emails(
+        &self,
+        paid_before_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<BookingRecord>, RecordError>;
+
     /// Every record, consistently, in candidate order: the audit's scan.
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError>;
 
