@@ -339,6 +339,7 @@ async fn kill_9_of_an_instance_mid_rush_loses_nothing() {
         kills::CONNECTION_ERRORS_OUTSIDE_KILLS,
         "gateway_completed_have_paid_booking",
         "ledger_matches_records",
+        "one_email_per_paid",
         "approved_payers_told_paid",
         "sale_settled",
     ] {
@@ -373,9 +374,13 @@ async fn kill_9_of_an_instance_mid_rush_loses_nothing() {
     assert_eq!(report.load.server_errors, 0);
     let paid: u64 = report.sale.paid_by_path.values().sum();
     assert!(paid > 0, "{:?}", report.sale);
-    assert_eq!(
-        report.sale.emails, paid,
-        "one email per PAID booking, across the fleet"
+    // one email per PAID booking across the fleet: a kill between a send
+    // and its mark may add one repeat, sent `recovered` by the email sweep
+    // (what `one_email_per_paid` allows and checks); none is lost
+    assert!(
+        report.sale.emails >= paid,
+        "{} emails for {paid} PAID bookings",
+        report.sale.emails
     );
     // the instance's log shows each start
     let log = std::fs::read_to_string(outcome.dir.join("instance-0.log")).unwrap();
