@@ -476,6 +476,7 @@ fn final_state(s: &SaleSnapshot) -> FinalState {
             .map(|e| EmailSent {
                 candidate: e.candidate.clone(),
                 payment: e.payment_id.clone(),
+                recovered: e.recovered,
             })
             .collect(),
     }
