@@ -252,7 +252,7 @@ async fn sample_loop(sampler: Sampler<'_>, mut stop: watch::Receiver<bool>) {
         }
         let interval = last_timeline.elapsed();
         last_timeline = Instant::now();
-        let snap = match fleet.snapshot(false).await {
+        let snap = match fleet.timeline_snapshot().await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "sampling the sale");

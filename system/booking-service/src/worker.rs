@@ -217,6 +217,11 @@ pub struct WorkerConfig {
 /// messages a second on Redis, under the rush's 2,000.
 pub const WORKER_POLLERS: usize = 8;
 
+/// How often a worker's pollers look at the dead-letter queue (the alarm on
+/// its first message): a second late at most, and one call a second rather
+/// than one per batch of every poller.
+pub const DEAD_LETTER_CHECK_EVERY: Duration = Duration::from_secs(1);
+
 impl Default for WorkerConfig {
     fn default() -> WorkerConfig {
         WorkerConfig {
@@ -329,6 +334,8 @@ pub struct Worker {
     alerts: Arc<dyn Alerts>,
     config: WorkerConfig,
     stats: WorkerStats,
+    /// When a poller last looked at the dead-letter queue.
+    last_dead_letter_check: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Worker {
@@ -347,6 +354,7 @@ impl Worker {
             alerts,
             config,
             stats: WorkerStats::default(),
+            last_dead_letter_check: std::sync::Mutex::new(None),
         }
     }
 
@@ -473,6 +481,23 @@ impl Worker {
         Ok(outcomes)
     }
 
+    /// Whether a poller should look at the dead-letter queue now: at most
+    /// once per [`DEAD_LETTER_CHECK_EVERY`] for all of this worker's
+    /// pollers, not after every batch of each.
+    fn dead_letter_check_due(&self) -> bool {
+        let mut last = self
+            .last_dead_letter_check
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *last {
+            Some(at) if at.elapsed() < DEAD_LETTER_CHECK_EVERY => false,
+            _ => {
+                *last = Some(tokio::time::Instant::now());
+                true
+            }
+        }
+    }
+
     /// Alerts once for each dead letter not alerted yet. Returns how many new.
     pub async fn check_dead_letters(&self) -> Result<u64, booking::QueueError> {
         let dead = self.queue.dead_letters().await?.len() as u64;
@@ -537,8 +562,10 @@ impl Worker {
                     }
                 }
             }
-            if let Err(e) = self.check_dead_letters().await {
-                tracing::warn!(error = %e, "dead-letter check failed");
+            if self.dead_letter_check_due() {
+                if let Err(e) = self.check_dead_letters().await {
+                    tracing::warn!(error = %e, "dead-letter check failed");
+                }
             }
         }
     }
