@@ -281,6 +281,48 @@ pub fn run_key_prefix(seed: u64) -> String {
     format!("rehearse-{seed:x}-{:08x}", rand::random::<u32>())
 }
 
+/// The configuration every instance of a rehearsal's fleet starts from
+/// (in process or as processes): the profile's sale, levels, settings and
+/// time scale on `kind` at `redis_url`, the mock gateway and its SNS topic, a
+/// key prefix and a back-office schema of the run's own. A rehearsal: the
+/// zoo's switches are allowed.
+pub fn rehearsal_config(
+    profile: &Profile,
+    sale: &SaleId,
+    kind: StackKind,
+    redis_url: String,
+    mock: &mock_gateway::Running,
+    topic: String,
+) -> ServerConfig {
+    let mut config = ServerConfig {
+        sale: sale.clone(),
+        levels: profile.levels.clone(),
+        stack: StackConfig {
+            kind,
+            redis_url,
+            redis_pool_size: profile.stack.redis_pool_size,
+            postgres_url: profile.stack.postgres_url.clone(),
+            aws: profile.stack.aws.clone(),
+            ..StackConfig::default()
+        },
+        settings: booking::Settings {
+            hold: Duration::from_millis(profile.hold_ms),
+            bugs: booking::Bugs::of(profile.bugs.iter().copied()),
+            ..booking::Settings::default()
+        },
+        time_scale: profile.time_scale,
+        key_prefix: run_key_prefix(profile.seed),
+        environment: booking_server::config::Environment::Rehearsal,
+        ..ServerConfig::default()
+    };
+    config.gateway.base_url = mock.url.clone();
+    config.webhook.loopback_sns_port = Some(mock.addr.port());
+    config.webhook.topic_arns = Some(vec![topic]);
+    // a back office of the run's own (its rows have no clear operation)
+    config.stack.postgres_schema = config.key_prefix.replace('-', "_");
+    config
+}
+
 impl Fleet {
     /// Starts what `profile` describes: the in-process fleet, or a handle on
     /// the remote target.
@@ -366,33 +408,8 @@ impl Fleet {
             StackKind::Redis | StackKind::Aws => ensure_redis(&profile.stack.redis_url)?,
             StackKind::Embedded => (profile.stack.redis_url.clone(), None),
         };
-        let mut config = ServerConfig {
-            sale: sale.clone(),
-            levels: profile.levels.clone(),
-            stack: StackConfig {
-                kind: profile.stack.kind,
-                redis_url,
-                redis_pool_size: profile.stack.redis_pool_size,
-                postgres_url: profile.stack.postgres_url.clone(),
-                aws: profile.stack.aws.clone(),
-                ..StackConfig::default()
-            },
-            settings: booking::Settings {
-                hold: Duration::from_millis(profile.hold_ms),
-                bugs: booking::Bugs::of(profile.bugs.iter().copied()),
-                ..booking::Settings::default()
-            },
-            time_scale: profile.time_scale,
-            key_prefix: run_key_prefix(profile.seed),
-            // an in-process fleet is a rehearsal: the zoo's switches are allowed
-            environment: booking_server::config::Environment::Rehearsal,
-            ..ServerConfig::default()
-        };
-        config.gateway.base_url = mock.url.clone();
-        config.webhook.loopback_sns_port = Some(mock.addr.port());
-        config.webhook.topic_arns = Some(vec![topic]);
-        // a back office of the run's own (its rows have no clear operation)
-        config.stack.postgres_schema = config.key_prefix.replace('-', "_");
+        let mut config =
+            rehearsal_config(profile, &sale, profile.stack.kind, redis_url, &mock, topic);
         if profile.stack.kind == StackKind::Aws {
             // fresh resources per run: records and queues have no clear
             // operation (see ops::reset)

@@ -26,11 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use booking::SaleId;
-use booking_server::config::{ServerConfig, StackConfig, StackKind};
+use booking_server::config::{ServerConfig, StackKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
-use crate::fleet::{Fleet, FleetError, run_key_prefix};
+use crate::fleet::{Fleet, FleetError, rehearsal_config};
 use crate::kills::{BoxFuture, KillDriver, Restartable};
 use crate::profile::{FleetKind, Profile, Webhooks};
 use crate::rehearse::{self, Extras, Outcome, Progress, RehearseError, RunPlace};
@@ -496,33 +496,15 @@ impl ProcessFleet {
             rand::random::<u64>(),
             rand::random::<u64>()
         );
-        let mut base = ServerConfig {
-            sale,
-            levels: profile.levels.clone(),
-            stack: StackConfig {
-                kind: StackKind::Redis,
-                redis_url: format!("redis://127.0.0.1:{redis_port}"),
-                redis_pool_size: profile.stack.redis_pool_size,
-                postgres_url: profile.stack.postgres_url.clone(),
-                aws: profile.stack.aws.clone(),
-                ..StackConfig::default()
-            },
-            settings: booking::Settings {
-                hold: Duration::from_millis(profile.hold_ms),
-                bugs: booking::Bugs::of(profile.bugs.iter().copied()),
-                ..booking::Settings::default()
-            },
-            time_scale: profile.time_scale,
-            key_prefix: run_key_prefix(profile.seed),
-            admin_token: Some(admin_token.clone()),
-            environment: booking_server::config::Environment::Rehearsal,
-            ..ServerConfig::default()
-        };
-        // a back office of the run's own (its rows have no clear operation)
-        base.stack.postgres_schema = base.key_prefix.replace('-', "_");
-        base.gateway.base_url = mock.url.clone();
-        base.webhook.loopback_sns_port = Some(mock.addr.port());
-        base.webhook.topic_arns = Some(vec![topic]);
+        let mut base = rehearsal_config(
+            profile,
+            &sale,
+            StackKind::Redis,
+            format!("redis://127.0.0.1:{redis_port}"),
+            &mock,
+            topic,
+        );
+        base.admin_token = Some(admin_token.clone());
 
         let mut procs = Vec::with_capacity(profile.instances);
         for (index, (port, url)) in ports.iter().zip(&urls).enumerate() {

@@ -39,7 +39,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, Throttles,
-    ttl_for_deadline,
+    sort_by_deadline, sort_by_paid, ttl_for_deadline,
 };
 use booking::{CandidateHash, PaymentId};
 use booking_streams::item::{
@@ -316,6 +316,37 @@ impl DynamoRecords {
         }
     }
 
+    /// A consistent `Scan` of the whole table read to its last page, the
+    /// items `filter` keeps (filtered by DynamoDB after reading them: every
+    /// item read is paid for either way).
+    async fn scan_pages(&self, filter: Option<&Expr>) -> Result<Vec<BookingRecord>, RecordError> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        for _ in 0..PAGES_MAX {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_filter_expression(filter.map(|f| f.text.clone()))
+                .set_expression_attribute_names(filter.and_then(Expr::names_map))
+                .set_expression_attribute_values(filter.and_then(Expr::values_map))
+                .limit(SCAN_PAGE)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.error(&Failure::of(&e), Kind::Read))?;
+            for i in page.items() {
+                out.push(read_item(i)?);
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
     async fn query_pages(
         &self,
         index: &str,
@@ -572,13 +603,9 @@ impl RecordStore for DynamoRecords {
             };
             due.extend(self.query_pages(HELD_DUE_INDEX, &expr, limit).await?);
         }
-        due.retain(|r| r.status == RecordStatus::Held && r.deadline_ms < deadline_before_ms);
+        due.retain(|r| r.is_held_due(deadline_before_ms));
         // most overdue first; ties by candidate, so the order is reproducible
-        due.sort_by(|a, b| {
-            a.deadline_ms
-                .cmp(&b.deadline_ms)
-                .then_with(|| a.candidate.cmp(&b.candidate))
-        });
+        sort_by_deadline(&mut due);
         due.truncate(limit);
         Ok(due)
     }
@@ -593,68 +620,15 @@ impl RecordStore for DynamoRecords {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let expr = owed_filter(paid_before_ms);
-        let mut owed = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        for _ in 0..PAGES_MAX {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .filter_expression(&expr.text)
-                .set_expression_attribute_names(expr.names_map())
-                .set_expression_attribute_values(expr.values_map())
-                .limit(SCAN_PAGE)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| self.error(&Failure::of(&e), Kind::Read))?;
-            for i in page.items() {
-                owed.push(read_item(i)?);
-            }
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => break,
-            }
-        }
-        owed.retain(|r| {
-            r.status == RecordStatus::Paid
-                && !r.email_sent
-                && r.paid_ms.is_some_and(|p| p < paid_before_ms)
-        });
-        // oldest paid first; ties by candidate
-        owed.sort_by(|a, b| {
-            a.paid_ms
-                .cmp(&b.paid_ms)
-                .then_with(|| a.candidate.cmp(&b.candidate))
-        });
+        let mut owed = self.scan_pages(Some(&owed_filter(paid_before_ms))).await?;
+        owed.retain(|r| r.owes_email(paid_before_ms));
+        sort_by_paid(&mut owed);
         owed.truncate(limit);
         Ok(owed)
     }
 
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {
-        let mut out = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        for _ in 0..PAGES_MAX {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .limit(SCAN_PAGE)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| self.error(&Failure::of(&e), Kind::Read))?;
-            for i in page.items() {
-                out.push(read_item(i)?);
-            }
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => break,
-            }
-        }
+        let mut out = self.scan_pages(None).await?;
         out.sort_by(|a, b| a.candidate.cmp(&b.candidate));
         Ok(out)
     }

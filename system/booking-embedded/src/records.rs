@@ -24,7 +24,8 @@ use async_trait::async_trait;
 use booking::clock::{Clock, SystemClock};
 use booking::records::{
     BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
-    StreamKind, StreamRecord, Throttles, UserIdentity, ttl_for_deadline,
+    StreamKind, StreamRecord, Throttles, UserIdentity, sort_by_deadline, sort_by_paid,
+    ttl_for_deadline,
 };
 use booking::{Bug, Bugs, CandidateHash, PaymentId};
 use parking_lot::Mutex;
@@ -343,6 +344,31 @@ impl EmbeddedRecords {
         deleted
     }
 
+    /// The records an index query returns, as the index would: those
+    /// `keep` takes, as reads see them now, in `order`, at most `limit`.
+    fn select(
+        &self,
+        keep: impl Fn(&BookingRecord) -> bool,
+        order: fn(&mut [BookingRecord]),
+        limit: usize,
+    ) -> Result<Vec<BookingRecord>, RecordError> {
+        let now_ms = self.clock.now_ms();
+        let mut table = self.table.lock();
+        self.charge(&mut table, Capacity::Read, now_ms)?;
+        let cutoff = self.cutoff(now_ms);
+        table.prune_all(cutoff);
+        let mut found: Vec<BookingRecord> = table
+            .items
+            .values()
+            .filter_map(|item| item.as_of(cutoff))
+            .filter(|r| keep(r))
+            .cloned()
+            .collect();
+        order(&mut found);
+        found.truncate(limit);
+        Ok(found)
+    }
+
     /// The sequence of the last stream record (0: none yet).
     pub fn last_sequence(&self) -> u64 {
         self.table.lock().last_sequence
@@ -600,26 +626,12 @@ impl RecordStore for EmbeddedRecords {
         deadline_before_ms: u64,
         limit: usize,
     ) -> Result<Vec<BookingRecord>, RecordError> {
-        let now_ms = self.clock.now_ms();
-        let mut table = self.table.lock();
-        self.charge(&mut table, Capacity::Read, now_ms)?;
-        let cutoff = self.cutoff(now_ms);
-        table.prune_all(cutoff);
-        let mut due: Vec<BookingRecord> = table
-            .items
-            .values()
-            .filter_map(|item| item.as_of(cutoff))
-            .filter(|r| r.status == RecordStatus::Held && r.deadline_ms < deadline_before_ms)
-            .cloned()
-            .collect();
         // most overdue first; ties by candidate, so the order is reproducible
-        due.sort_by(|a, b| {
-            a.deadline_ms
-                .cmp(&b.deadline_ms)
-                .then_with(|| a.candidate.cmp(&b.candidate))
-        });
-        due.truncate(limit);
-        Ok(due)
+        self.select(
+            |r| r.is_held_due(deadline_before_ms),
+            sort_by_deadline,
+            limit,
+        )
     }
 
     async fn owed_emails(
@@ -627,30 +639,7 @@ impl RecordStore for EmbeddedRecords {
         paid_before_ms: u64,
         limit: usize,
     ) -> Result<Vec<BookingRecord>, RecordError> {
-        let now_ms = self.clock.now_ms();
-        let mut table = self.table.lock();
-        self.charge(&mut table, Capacity::Read, now_ms)?;
-        let cutoff = self.cutoff(now_ms);
-        table.prune_all(cutoff);
-        let mut owed: Vec<BookingRecord> = table
-            .items
-            .values()
-            .filter_map(|item| item.as_of(cutoff))
-            .filter(|r| {
-                r.status == RecordStatus::Paid
-                    && !r.email_sent
-                    && r.paid_ms.is_some_and(|p| p < paid_before_ms)
-            })
-            .cloned()
-            .collect();
-        // oldest paid first; ties by candidate
-        owed.sort_by(|a, b| {
-            a.paid_ms
-                .cmp(&b.paid_ms)
-                .then_with(|| a.candidate.cmp(&b.candidate))
-        });
-        owed.truncate(limit);
-        Ok(owed)
+        self.select(|r| r.owes_email(paid_before_ms), sort_by_paid, limit)
     }
 
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {

@@ -6,16 +6,7 @@
 
 use redis::Script;
 
-/// Prelude + body, as one script's source.
-macro_rules! script {
-    ($file:literal) => {
-        Script::new(concat!(
-            include_str!("lua/prelude.lua"),
-            "\n",
-            include_str!(concat!("lua/", $file))
-        ))
-    };
-}
+use booking_redis::lua_script;
 
 /// Every script the queue runs.
 pub(crate) struct Scripts {
@@ -30,12 +21,12 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Scripts {
         Scripts {
-            send: script!("send.lua"),
-            receive: script!("receive.lua"),
-            delete: script!("delete.lua"),
-            change_visibility: script!("change_visibility.lua"),
-            stats: script!("stats.lua"),
-            dead_letters: script!("dead_letters.lua"),
+            send: lua_script!("send.lua"),
+            receive: lua_script!("receive.lua"),
+            delete: lua_script!("delete.lua"),
+            change_visibility: lua_script!("change_visibility.lua"),
+            stats: lua_script!("stats.lua"),
+            dead_letters: lua_script!("dead_letters.lua"),
         }
     }
 

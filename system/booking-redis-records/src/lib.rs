@@ -64,8 +64,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use booking::clock::Clock;
 use booking::records::{
-    BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
-    StreamKind, StreamRecord, Throttles, UserIdentity, ttl_for_deadline,
+    BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStore, StreamKind,
+    StreamRecord, Throttles, UserIdentity, sort_by_deadline, sort_by_paid, ttl_for_deadline,
 };
 use booking::{Bug, Bugs, CandidateHash, PaymentId, SaleId};
 use booking_redis::keys::{KeyPrefix, sale_key};
@@ -391,6 +391,45 @@ impl RedisRecords {
         self.run(&call).await
     }
 
+    /// An index query: the candidates of the sorted set `index` scored
+    /// strictly before `before` (at most `limit`), their records read in
+    /// one round trip, those `keep` still takes (a record may have moved on
+    /// since the index was read), in `order`.
+    async fn indexed(
+        &self,
+        index: &str,
+        before: u64,
+        limit: usize,
+        keep: impl Fn(&BookingRecord) -> bool,
+        order: fn(&mut [BookingRecord]),
+    ) -> Result<Vec<BookingRecord>, RecordError> {
+        if limit == 0 || before == 0 {
+            return Ok(Vec::new());
+        }
+        // strictly before: the exclusive bound `(<before>`
+        let candidates: Vec<String> = {
+            let mut conn = self.conn().await?;
+            redis::cmd("ZRANGEBYSCORE")
+                .arg(index)
+                .arg("-inf")
+                .arg(format!("({before}"))
+                .arg("LIMIT")
+                .arg(0)
+                .arg(i64::try_from(limit).unwrap_or(i64::MAX))
+                .query_async(&mut *conn)
+                .await
+                .map_err(record_error)?
+        };
+        let mut found: Vec<BookingRecord> = self
+            .records_of(&candidates)
+            .await?
+            .into_iter()
+            .filter(|r| keep(r))
+            .collect();
+        order(&mut found);
+        Ok(found)
+    }
+
     /// The records of these candidates, read in batches (`HGETALL` each, one
     /// round trip per batch); absent ones are left out.
     async fn records_of(&self, candidates: &[String]) -> Result<Vec<BookingRecord>, RecordError> {
@@ -590,35 +629,14 @@ impl RecordStore for RedisRecords {
         deadline_before_ms: u64,
         limit: usize,
     ) -> Result<Vec<BookingRecord>, RecordError> {
-        if limit == 0 || deadline_before_ms == 0 {
-            return Ok(Vec::new());
-        }
-        // strictly before: the exclusive bound `(<deadline_before_ms>`
-        let candidates: Vec<String> = {
-            let mut conn = self.conn().await?;
-            redis::cmd("ZRANGEBYSCORE")
-                .arg(&self.keys.held)
-                .arg("-inf")
-                .arg(format!("({deadline_before_ms}"))
-                .arg("LIMIT")
-                .arg(0)
-                .arg(limit)
-                .query_async(&mut *conn)
-                .await
-                .map_err(record_error)?
-        };
-        let mut due: Vec<BookingRecord> = self
-            .records_of(&candidates)
-            .await?
-            .into_iter()
-            .filter(|r| r.status == RecordStatus::Held && r.deadline_ms < deadline_before_ms)
-            .collect();
-        due.sort_by(|a, b| {
-            a.deadline_ms
-                .cmp(&b.deadline_ms)
-                .then_with(|| a.candidate.cmp(&b.candidate))
-        });
-        Ok(due)
+        self.indexed(
+            &self.keys.held,
+            deadline_before_ms,
+            limit,
+            |r| r.is_held_due(deadline_before_ms),
+            sort_by_deadline,
+        )
+        .await
     }
 
     async fn owed_emails(
@@ -626,41 +644,14 @@ impl RecordStore for RedisRecords {
         paid_before_ms: u64,
         limit: usize,
     ) -> Result<Vec<BookingRecord>, RecordError> {
-        if limit == 0 || paid_before_ms == 0 {
-            return Ok(Vec::new());
-        }
-        // strictly before: the exclusive bound `(<paid_before_ms>`
-        let candidates: Vec<String> = {
-            let mut conn = self.conn().await?;
-            redis::cmd("ZRANGEBYSCORE")
-                .arg(&self.keys.owed)
-                .arg("-inf")
-                .arg(format!("({paid_before_ms}"))
-                .arg("LIMIT")
-                .arg(0)
-                .arg(i64::try_from(limit).unwrap_or(i64::MAX))
-                .query_async(&mut *conn)
-                .await
-                .map_err(record_error)?
-        };
-        // a record emailed, deleted or replaced since the index was read is
-        // dropped
-        let mut owed: Vec<BookingRecord> = self
-            .records_of(&candidates)
-            .await?
-            .into_iter()
-            .filter(|r| {
-                r.status == RecordStatus::Paid
-                    && !r.email_sent
-                    && r.paid_ms.is_some_and(|p| p < paid_before_ms)
-            })
-            .collect();
-        owed.sort_by(|a, b| {
-            a.paid_ms
-                .cmp(&b.paid_ms)
-                .then_with(|| a.candidate.cmp(&b.candidate))
-        });
-        Ok(owed)
+        self.indexed(
+            &self.keys.owed,
+            paid_before_ms,
+            limit,
+            |r| r.owes_email(paid_before_ms),
+            sort_by_paid,
+        )
+        .await
     }
 
     /// Pages through the candidates by name (`ZRANGEBYLEX` after the last

@@ -6,16 +6,7 @@
 
 use redis::Script;
 
-/// Prelude + body, as one script's source.
-macro_rules! script {
-    ($file:literal) => {
-        Script::new(concat!(
-            include_str!("lua/prelude.lua"),
-            "\n",
-            include_str!(concat!("lua/", $file))
-        ))
-    };
-}
+use booking_redis::lua_script;
 
 /// Every script the records run.
 pub(crate) struct Scripts {
@@ -31,13 +22,13 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Scripts {
         Scripts {
-            put: script!("put.lua"),
-            mark_paid: script!("mark_paid.lua"),
-            mark_emailed: script!("mark_emailed.lua"),
-            extend: script!("extend.lua"),
-            query_failures: script!("query_failures.lua"),
-            delete: script!("delete.lua"),
-            ttl_delete: script!("ttl_delete.lua"),
+            put: lua_script!("put.lua"),
+            mark_paid: lua_script!("mark_paid.lua"),
+            mark_emailed: lua_script!("mark_emailed.lua"),
+            extend: lua_script!("extend.lua"),
+            query_failures: lua_script!("query_failures.lua"),
+            delete: lua_script!("delete.lua"),
+            ttl_delete: lua_script!("ttl_delete.lua"),
         }
     }
 

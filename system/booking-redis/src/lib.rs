@@ -51,6 +51,22 @@
 //!   as the model does. Connection failures, timeouts and server trouble are
 //!   [`booking::LedgerError::Unavailable`].
 
+/// One Lua script of a Redis adapter, as one source: the calling crate's
+/// `src/lua/prelude.lua` (key names, encodings, shared checks) then
+/// `src/lua/<file>` (paths are the calling file's, `src/scripts.rs`).
+/// Loaded once and run by SHA (`EVALSHA`); a server that lost it gets it
+/// again on the `NOSCRIPT` answer.
+#[macro_export]
+macro_rules! lua_script {
+    ($file:literal) => {
+        ::redis::Script::new(concat!(
+            include_str!("lua/prelude.lua"),
+            "\n",
+            include_str!(concat!("lua/", $file))
+        ))
+    };
+}
+
 mod codec;
 pub mod coordination;
 pub mod keys;

@@ -6,17 +6,6 @@
 
 use redis::Script;
 
-/// Prelude + body, as one script's source.
-macro_rules! script {
-    ($file:literal) => {
-        Script::new(concat!(
-            include_str!("lua/prelude.lua"),
-            "\n",
-            include_str!(concat!("lua/", $file))
-        ))
-    };
-}
-
 /// Every script the ledger runs.
 pub(crate) struct Scripts {
     pub(crate) reset: Script,
@@ -36,18 +25,18 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Scripts {
         Scripts {
-            reset: script!("reset.lua"),
-            load_candidates: script!("load_candidates.lua"),
-            set_open: script!("set_open.lua"),
-            admit: script!("admit.lua"),
-            attach_payment: script!("attach_payment.lua"),
-            undo_admission: script!("undo_admission.lua"),
-            release: script!("release.lua"),
-            mark_paid: script!("mark_paid.lua"),
-            extend: script!("extend.lua"),
-            counters: script!("counters.lua"),
-            stale_pending: script!("stale_pending.lua"),
-            stale_held: script!("stale_held.lua"),
+            reset: lua_script!("reset.lua"),
+            load_candidates: lua_script!("load_candidates.lua"),
+            set_open: lua_script!("set_open.lua"),
+            admit: lua_script!("admit.lua"),
+            attach_payment: lua_script!("attach_payment.lua"),
+            undo_admission: lua_script!("undo_admission.lua"),
+            release: lua_script!("release.lua"),
+            mark_paid: lua_script!("mark_paid.lua"),
+            extend: lua_script!("extend.lua"),
+            counters: lua_script!("counters.lua"),
+            stale_pending: lua_script!("stale_pending.lua"),
+            stale_held: lua_script!("stale_held.lua"),
         }
     }
 

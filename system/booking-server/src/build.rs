@@ -327,10 +327,7 @@ impl Server {
     /// by every instance, so the audit of any of them reads status writes
     /// from the same moment.
     pub fn reset_key(&self) -> String {
-        format!(
-            "{}:{{sale:{}}}:reset_at_ms",
-            self.stack.prefix, self.stack.sale
-        )
+        booking::coordination::keys::reset_at(&self.stack.prefix, &self.stack.sale)
     }
 
     /// When the sale was last reset, ms (0: never).

@@ -191,7 +191,7 @@ fn spawn_loops(
     if let Some(ttl) = server.ttl.clone() {
         let every = settings.sweep_interval;
         let coordination = stack.coordination.clone();
-        let lock = format!("{}:{{sale:{}}}:ttl_sweep", stack.prefix, stack.sale);
+        let lock = booking::coordination::keys::ttl_sweep_lock(&stack.prefix, &stack.sale);
         let owner = server.instance.clone();
         let rx = stop.clone();
         loops.spawn(periodic("ttl sweep", every, rx, move || {

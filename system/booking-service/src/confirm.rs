@@ -334,14 +334,7 @@ async fn email_before_update(ports: ConfirmPorts<'_>, request: &PaidRequest) -> 
     if record.payment_id != request.payment_id {
         return false;
     }
-    let confirmation = Confirmation {
-        sale: record.sale.clone(),
-        candidate: record.candidate.clone(),
-        level: record.level.clone(),
-        payment_id: record.payment_id.clone(),
-        trx_id: request.trx_id.clone(),
-        recovered: false,
-    };
+    let confirmation = Confirmation::of(&record, request.trx_id.clone(), false);
     ports.mailer.send(&confirmation).await.is_ok()
 }
 
@@ -377,15 +370,7 @@ async fn after_win(
     }
     let email = if emailed_early {
         // sent before the update (the zoo's trap): only its mark is left
-        match ports
-            .records
-            .mark_emailed(&record.candidate, &record.payment_id)
-            .await
-        {
-            Ok(_) => EmailOutcome::Sent,
-            Err(RecordError::ConditionFailed { .. }) => EmailOutcome::AlreadySent,
-            Err(e) => EmailOutcome::LatchFailed(e),
-        }
+        mark_sent(ports, &record).await
     } else {
         send_confirmation(ports, &record, request.trx_id.clone()).await
     };
@@ -415,14 +400,7 @@ async fn send_and_mark(
     trx_id: Option<String>,
     recovered: bool,
 ) -> EmailOutcome {
-    let confirmation = Confirmation {
-        sale: record.sale.clone(),
-        candidate: record.candidate.clone(),
-        level: record.level.clone(),
-        payment_id: record.payment_id.clone(),
-        trx_id,
-        recovered,
-    };
+    let confirmation = Confirmation::of(record, trx_id, recovered);
     if let Err(e) = ports.mailer.send(&confirmation).await {
         alert(
             ports.alerts,
@@ -434,6 +412,11 @@ async fn send_and_mark(
         .await;
         return EmailOutcome::SendFailed(e);
     }
+    mark_sent(ports, record).await
+}
+
+/// Marks a sent email sent: the record owes it no more.
+async fn mark_sent(ports: ConfirmPorts<'_>, record: &BookingRecord) -> EmailOutcome {
     match ports
         .records
         .mark_emailed(&record.candidate, &record.payment_id)

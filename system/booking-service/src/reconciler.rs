@@ -43,9 +43,10 @@ use booking::gateway::{GatewayError, GatewayPaymentState, PaymentGateway, Paymen
 use booking::ledger::{HoldState, Ledger, Step};
 use booking::notify::{Alert, Alerts, Mailer};
 use booking::records::{
-    BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, ttl_for_deadline,
+    BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
+    sort_by_deadline, ttl_for_deadline,
 };
-use booking::{AdmittedBooking, Bug, SaleId, Settings};
+use booking::{AdmittedBooking, Bug, Bugs, SaleId, Settings};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
@@ -219,6 +220,19 @@ pub struct ReconcilerPorts {
     pub alerts: Arc<dyn Alerts>,
     /// The time decisions use.
     pub clock: Arc<dyn Clock>,
+}
+
+impl ReconcilerPorts {
+    /// The ports the confirm step takes, with the sale's bug switches.
+    fn confirm<'a>(&'a self, bugs: &'a Bugs) -> ConfirmPorts<'a> {
+        ConfirmPorts {
+            records: self.records.as_ref(),
+            ledger: self.ledger.as_ref(),
+            mailer: self.mailer.as_ref(),
+            alerts: self.alerts.as_ref(),
+            bugs,
+        }
+    }
 }
 
 /// What one sweep did.
@@ -472,11 +486,7 @@ impl Reconciler {
             }
         };
         due.retain(|r| r.sale == *sale && r.status == RecordStatus::Held);
-        due.sort_by(|a, b| {
-            a.deadline_ms
-                .cmp(&b.deadline_ms)
-                .then_with(|| a.candidate.cmp(&b.candidate))
-        });
+        sort_by_deadline(&mut due);
         report.due = due.len() as u64;
 
         // (5) SWEEP_CONCURRENCY at a time, no new start after the budget
@@ -524,13 +534,7 @@ impl Reconciler {
     async fn send_owed_emails(&self, now_ms: u64, report: &mut SweepReport) {
         let settings = &self.config.settings;
         let before = now_ms.saturating_sub(settings.sweep_interval.as_millis() as u64);
-        let ports = ConfirmPorts {
-            records: self.ports.records.as_ref(),
-            ledger: self.ports.ledger.as_ref(),
-            mailer: self.ports.mailer.as_ref(),
-            alerts: self.ports.alerts.as_ref(),
-            bugs: &settings.bugs,
-        };
+        let ports = self.ports.confirm(&settings.bugs);
         match confirm::send_owed_emails(ports, &self.config.sale, before, self.config.due_limit)
             .await
         {
@@ -711,13 +715,7 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
                 path: ConfirmPath::Reconciler,
                 now_ms,
             };
-            let confirm_ports = ConfirmPorts {
-                records: ports.records.as_ref(),
-                ledger: ports.ledger.as_ref(),
-                mailer: ports.mailer.as_ref(),
-                alerts: ports.alerts.as_ref(),
-                bugs: &config.settings.bugs,
-            };
+            let confirm_ports = ports.confirm(&config.settings.bugs);
             match confirm::mark_paid(confirm_ports, &request).await {
                 Ok(MarkPaidOutcome::Won { .. }) => Done::Paid,
                 Ok(_) => Done::Left,

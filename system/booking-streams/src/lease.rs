@@ -50,8 +50,8 @@ impl LeaseConfig {
     /// `owner`.
     pub fn new(prefix: &str, sale: &booking::SaleId, handler: &str, owner: &str) -> LeaseConfig {
         LeaseConfig {
-            lease_key: format!("{prefix}:{{sale:{sale}}}:stream:{handler}:lease"),
-            checkpoint_key: format!("{prefix}:{{sale:{sale}}}:stream:{handler}:checkpoint"),
+            lease_key: booking::coordination::keys::stream_lease(prefix, sale, handler),
+            checkpoint_key: booking::coordination::keys::stream_checkpoint(prefix, sale, handler),
             owner: owner.to_owned(),
             lease_ttl: LEASE_TTL,
         }

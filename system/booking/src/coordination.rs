@@ -97,6 +97,27 @@ pub mod keys {
         sale_key(prefix, sale, "status:closed")
     }
 
+    /// The TTL service's sweep lock (one sweep per interval, fleet-wide).
+    pub fn ttl_sweep_lock(prefix: &str, sale: &SaleId) -> String {
+        sale_key(prefix, sale, "ttl_sweep")
+    }
+
+    /// When the sale was last reset, ms (the audit reads status writes from
+    /// then on, whichever instance it runs on).
+    pub fn reset_at(prefix: &str, sale: &SaleId) -> String {
+        sale_key(prefix, sale, "reset_at_ms")
+    }
+
+    /// The lease of a stream handler's one mapping in the fleet.
+    pub fn stream_lease(prefix: &str, sale: &SaleId, handler: &str) -> String {
+        sale_key(prefix, sale, &format!("stream:{handler}:lease"))
+    }
+
+    /// A stream handler's durable checkpoint (the last sequence done).
+    pub fn stream_checkpoint(prefix: &str, sale: &SaleId, handler: &str) -> String {
+        sale_key(prefix, sale, &format!("stream:{handler}:checkpoint"))
+    }
+
     /// The shared gateway token (fleet-wide, not per sale).
     pub fn gateway_token(prefix: &str) -> String {
         format!("{prefix}:{{gateway}}:token")

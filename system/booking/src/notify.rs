@@ -35,6 +35,24 @@ pub struct Confirmation {
     pub recovered: bool,
 }
 
+impl Confirmation {
+    /// The confirmation of `record`'s booking.
+    pub fn of(
+        record: &crate::records::BookingRecord,
+        trx_id: Option<String>,
+        recovered: bool,
+    ) -> Confirmation {
+        Confirmation {
+            sale: record.sale.clone(),
+            candidate: record.candidate.clone(),
+            level: record.level.clone(),
+            payment_id: record.payment_id.clone(),
+            trx_id,
+            recovered,
+        }
+    }
+}
+
 /// Sends confirmation emails. Sent only after the HELD→PAID update succeeded,
 /// by its winner, or by the email sweep when the winner's send was never
 /// marked done: the audit checks one per PAID booking, repeats only where

@@ -128,6 +128,20 @@ impl BookingRecord {
         }
     }
 
+    /// HELD with a deadline before `deadline_before_ms`: what
+    /// [`RecordStore::held_due`] returns.
+    pub fn is_held_due(&self, deadline_before_ms: u64) -> bool {
+        self.status == RecordStatus::Held && self.deadline_ms < deadline_before_ms
+    }
+
+    /// PAID before `paid_before_ms` with its email not marked sent: what
+    /// [`RecordStore::owed_emails`] returns.
+    pub fn owes_email(&self, paid_before_ms: u64) -> bool {
+        self.status == RecordStatus::Paid
+            && !self.email_sent
+            && self.paid_ms.is_some_and(|p| p < paid_before_ms)
+    }
+
     /// The record's invariants; a store checks them before every write and an
     /// adapter after every read. A PAID record carries no TTL and says when and
     /// how it was paid; a HELD record carries a TTL and no payment details.
@@ -170,6 +184,25 @@ impl BookingRecord {
         }
         Ok(())
     }
+}
+
+/// [`RecordStore::held_due`]'s order: most overdue first, ties by candidate.
+pub fn sort_by_deadline(records: &mut [BookingRecord]) {
+    records.sort_by(|a, b| {
+        a.deadline_ms
+            .cmp(&b.deadline_ms)
+            .then_with(|| a.candidate.cmp(&b.candidate))
+    });
+}
+
+/// [`RecordStore::owed_emails`]' order: oldest paid first, ties by
+/// candidate.
+pub fn sort_by_paid(records: &mut [BookingRecord]) {
+    records.sort_by(|a, b| {
+        a.paid_ms
+            .cmp(&b.paid_ms)
+            .then_with(|| a.candidate.cmp(&b.candidate))
+    });
 }
 
 /// The condition a write carries. A write whose condition does not hold
