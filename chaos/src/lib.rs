@@ -27,14 +27,15 @@
 //! checks it against the backends' [`FinalState`] afterwards.
 
 pub mod history;
-pub mod injector;
 pub mod matrix;
 pub mod netem;
 pub mod rehearsal;
-pub mod schedule;
 pub mod sim;
-pub mod wrappers;
 pub mod zoo;
+
+// The schedule, the injector and the wrappers live in the `faults` crate,
+// which the booking server and the rehearsal share.
+pub use faults::{injector, schedule, wrappers};
 
 pub use history::{
     EmailSent, FinalState, History, LevelFinal, Op, OpHandle, OpKind, OpValue, Outcome,

@@ -15,7 +15,7 @@ use booking::Clock;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::schedule::{Decider, FaultKind, Schedule, Target};
+use crate::schedule::{Decider, FaultKind, KillPoint, Schedule, Target};
 
 /// Fired faults the log keeps by default; later ones are only counted.
 pub const LOG_MAX_DEFAULT: usize = 10_000;
@@ -52,6 +52,11 @@ pub enum Effect {
     Skewed {
         /// By how much, ms.
         ms: i64,
+    },
+    /// The instance reached an armed kill point and was killed.
+    Killed {
+        /// The point.
+        point: KillPoint,
     },
 }
 
@@ -146,15 +151,36 @@ struct Log {
     skew_logged: Vec<Option<u64>>,
 }
 
+/// What an instance does when it reaches an armed kill point: the booking
+/// server raises SIGKILL on itself; it is given the fault's name.
+pub type Killer = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// `start_ms` of an injector whose run has not started: no fault is active.
+const DORMANT: u64 = u64::MAX;
+
 /// The faults of one run, shared by all its wrappers.
-#[derive(Debug)]
 pub struct Injector {
     schedule: Schedule,
     decider: Decider,
     clock: Arc<dyn Clock>,
-    start_ms: u64,
+    /// The run's start on `clock`, ms; [`DORMANT`] until it starts.
+    start_ms: AtomicU64,
     calls: Vec<AtomicU64>,
     log: Mutex<Log>,
+    killer: Option<Killer>,
+    /// Whether any fault is a kill at a point (else `after_call` is free).
+    kill_points: bool,
+}
+
+impl std::fmt::Debug for Injector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Injector")
+            .field("faults", &self.schedule.faults.len())
+            .field("seed", &self.decider.seed())
+            .field("start_ms", &self.start_ms.load(Ordering::Relaxed))
+            .field("killer", &self.killer.is_some())
+            .finish()
+    }
 }
 
 impl Injector {
@@ -187,6 +213,11 @@ impl Injector {
             })
             .collect();
         Injector {
+            killer: None,
+            kill_points: schedule
+                .faults
+                .iter()
+                .any(|f| matches!(f.kind, FaultKind::Kill { point: Some(_) })),
             calls: schedule.faults.iter().map(|_| AtomicU64::new(0)).collect(),
             log: Mutex::new(Log {
                 max: log_max,
@@ -198,8 +229,43 @@ impl Injector {
             schedule,
             decider: Decider::new(seed),
             clock,
-            start_ms,
+            start_ms: AtomicU64::new(start_ms),
         }
+    }
+
+    /// Like [`Injector::new`], but nothing is active until
+    /// [`Injector::start_at`] says when the run started (a booking instance
+    /// is started before the rehearsal's load, which the schedule's times
+    /// count from).
+    pub fn dormant(schedule: Schedule, seed: u64, clock: Arc<dyn Clock>) -> Injector {
+        let injector = Injector::new(schedule, seed, clock);
+        injector.start_ms.store(DORMANT, Ordering::SeqCst);
+        injector
+    }
+
+    /// Sets the run's start, ms on the injector's clock (Unix ms for the
+    /// system clock); the schedule's windows count from it.
+    pub fn start_at(&self, start_ms: u64) {
+        assert_ne!(start_ms, DORMANT, "a start of u64::MAX ms is no start");
+        self.start_ms.store(start_ms, Ordering::SeqCst);
+    }
+
+    /// The run's start, ms on the injector's clock; `None` while dormant.
+    pub fn started_at(&self) -> Option<u64> {
+        Some(self.start_ms.load(Ordering::SeqCst)).filter(|s| *s != DORMANT)
+    }
+
+    /// Arms the kill points: `killer` runs when an instance passes a point
+    /// a `kill` fault names inside its window.
+    pub fn with_killer(mut self, killer: Killer) -> Injector {
+        self.killer = Some(killer);
+        self
+    }
+
+    /// Ms since the run started; `None` while dormant.
+    fn elapsed(&self) -> Option<u64> {
+        let start = self.started_at()?;
+        Some(self.clock.now_ms().saturating_sub(start))
     }
 
     /// The schedule.
@@ -212,9 +278,9 @@ impl Injector {
         self.decider.seed()
     }
 
-    /// Now, ms from the run's start.
+    /// Now, ms from the run's start (0 while dormant).
     pub fn now_ms(&self) -> u64 {
-        self.clock.now_ms().saturating_sub(self.start_ms)
+        self.elapsed().unwrap_or(0)
     }
 
     /// The fired faults kept, in firing order.
@@ -279,7 +345,11 @@ impl Injector {
         instance: Option<&str>,
         budget: Option<Duration>,
     ) -> Verdict {
-        let arrived_ms = self.now_ms();
+        let Some(arrived_ms) = self.elapsed() else {
+            return Verdict::Proceed {
+                spent: Duration::ZERO,
+            };
+        };
         let active: Vec<usize> = self
             .schedule
             .active_for(arrived_ms, target, op, instance)
@@ -341,8 +411,17 @@ impl Injector {
                         applied: decision.applied,
                     };
                 }
-                // only the clock reads skews; validation keeps them off the ports
-                FaultKind::ClockSkew { .. } => (0, None),
+                // only the clock reads skews, and the other kinds act on
+                // processes, links and rules: validation keeps them off the
+                // ports
+                FaultKind::ClockSkew { .. }
+                | FaultKind::Kill { .. }
+                | FaultKind::Pause
+                | FaultKind::Restart
+                | FaultKind::Bandwidth { .. }
+                | FaultKind::SlowClose { .. }
+                | FaultKind::Slicer { .. }
+                | FaultKind::Rule => (0, None),
             };
             let wait = Duration::from_millis(wait_ms);
             if let Some(budget) = budget {
@@ -374,7 +453,9 @@ impl Injector {
     /// The skew of the clock of `instance` now, ms: the sum of the active
     /// `clock_skew` faults. Logged once per fault window.
     pub fn skew_ms(&self, instance: Option<&str>) -> i64 {
-        let now = self.now_ms();
+        let Some(now) = self.elapsed() else {
+            return 0;
+        };
         let mut total = 0i64;
         for (index, spec) in self
             .schedule
@@ -411,6 +492,52 @@ impl Injector {
             }
         }
         total
+    }
+}
+
+impl Injector {
+    /// Called by a wrapper after `op` of `target` returned (`ok`: it
+    /// succeeded): if a `kill` fault with a point at this call is active for
+    /// `instance`, logs it and runs the killer (which does not return in a
+    /// booking server). Without a killer the point is logged and the call
+    /// goes on.
+    pub fn after_call(&self, target: Target, op: &str, instance: Option<&str>, ok: bool) {
+        if !self.kill_points {
+            return;
+        }
+        let Some(now) = self.elapsed() else {
+            return;
+        };
+        for (index, spec) in self
+            .schedule
+            .active_for(now, Target::Instance, "", instance)
+        {
+            let FaultKind::Kill { point: Some(point) } = spec.kind else {
+                continue;
+            };
+            if point.site() != (target, op) || (point.needs_success() && !ok) {
+                continue;
+            }
+            self.note_call(index);
+            self.record(FiredFault {
+                at_ms: now,
+                fault: spec.name.clone(),
+                fault_index: index,
+                target: Target::Instance,
+                op: op.to_owned(),
+                instance: instance.map(str::to_owned),
+                effect: Effect::Killed { point },
+            });
+            match &self.killer {
+                Some(kill) => {
+                    tracing::warn!(fault = %spec.name, %point, "kill point reached: killing this instance");
+                    kill(&spec.name);
+                }
+                None => {
+                    tracing::warn!(fault = %spec.name, %point, "kill point reached, but nothing to kill")
+                }
+            }
+        }
     }
 }
 
@@ -457,6 +584,8 @@ mod tests {
             duration_ms: 1_000,
             every_ms: None,
             probability: 1.0,
+            stream: None,
+            rule: None,
         }
     }
 
@@ -474,6 +603,7 @@ mod tests {
                 spec("down", Target::Ledger, FaultKind::Error),
                 spec("throttled", Target::Ledger, FaultKind::Throttle),
             ],
+            ..Schedule::default()
         };
         schedule.validate().unwrap();
         let inj = Injector::new(schedule, 1, Arc::new(TokioClock::new(5_000)));
@@ -514,6 +644,7 @@ mod tests {
                     delay: Delay::Fixed { ms: 500 },
                 },
             )],
+            ..Schedule::default()
         };
         let inj = Injector::new(schedule, 1, Arc::new(TokioClock::new(0)));
         let t0 = tokio::time::Instant::now();
@@ -557,6 +688,7 @@ mod tests {
                 Target::Clock,
                 FaultKind::ClockSkew { ms: -40 },
             )],
+            ..Schedule::default()
         };
         let clock = ManualClock::new(1_000);
         let inj = Injector::with_log_max(schedule.clone(), 1, Arc::new(clock.clone()), 1);
@@ -572,6 +704,7 @@ mod tests {
                 every_ms: Some(2_000),
                 ..schedule.faults[0].clone()
             }],
+            ..Schedule::default()
         };
         let clock = ManualClock::new(0);
         let inj = Injector::with_log_max(repeating, 1, Arc::new(clock.clone()), 1);
@@ -581,5 +714,77 @@ mod tests {
         assert_eq!(inj.fired().len(), 1, "bounded");
         assert_eq!(inj.dropped(), 1);
         assert_eq!(inj.counts()[0].fired, 2);
+    }
+
+    #[test]
+    fn a_dormant_injector_fires_nothing_until_its_run_starts() {
+        let schedule = Schedule {
+            faults: vec![spec("down", Target::Ledger, FaultKind::Error)],
+            ..Schedule::default()
+        };
+        let clock = ManualClock::new(1_000);
+        let inj = Injector::dormant(schedule, 1, Arc::new(clock.clone()));
+        assert_eq!(inj.started_at(), None);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let call = || rt.block_on(inj.intercept(Target::Ledger, "admit", None, None));
+        assert!(matches!(call(), Verdict::Proceed { .. }), "dormant");
+        // the window is [0, 1_000) from the start
+        inj.start_at(900);
+        assert_eq!(inj.now_ms(), 100);
+        assert!(matches!(call(), Verdict::Fail { .. }));
+        clock.advance_ms(1_000);
+        assert!(matches!(call(), Verdict::Proceed { .. }), "window closed");
+    }
+
+    #[test]
+    fn an_armed_kill_point_runs_the_killer_once_per_passing_call_inside_its_window() {
+        let mut kill = spec(
+            "die",
+            Target::Instance,
+            FaultKind::Kill {
+                point: Some(KillPoint::AfterEnqueue),
+            },
+        );
+        kill.instances = Some(vec!["instance-1".into()]);
+        kill.start_ms = 100;
+        kill.duration_ms = 100;
+        let schedule = Schedule {
+            faults: vec![kill],
+            ..Schedule::default()
+        };
+        schedule.validate().unwrap();
+        let clock = ManualClock::new(0);
+        let killed = Arc::new(Mutex::new(Vec::<String>::new()));
+        let k = killed.clone();
+        let inj = Injector::new(schedule, 1, Arc::new(clock.clone()))
+            .with_killer(Arc::new(move |f: &str| k.lock().push(f.to_owned())));
+        let site = |inj: &Injector, instance, ok| {
+            inj.after_call(Target::Queue, "send", Some(instance), ok)
+        };
+        site(&inj, "instance-1", true);
+        assert!(killed.lock().is_empty(), "before the window");
+        clock.advance_ms(150);
+        inj.after_call(Target::Ledger, "admit", Some("instance-1"), true);
+        site(&inj, "instance-0", true);
+        site(&inj, "instance-1", false);
+        assert!(
+            killed.lock().is_empty(),
+            "another point, another instance, a failed send"
+        );
+        site(&inj, "instance-1", true);
+        assert_eq!(*killed.lock(), vec!["die".to_owned()]);
+        assert_eq!(inj.counts()[0].fired, 1);
+        assert!(matches!(
+            inj.fired()[0].effect,
+            Effect::Killed {
+                point: KillPoint::AfterEnqueue
+            }
+        ));
+        clock.advance_ms(100);
+        site(&inj, "instance-1", true);
+        assert_eq!(killed.lock().len(), 1, "after the window");
     }
 }

@@ -133,7 +133,10 @@ impl Site {
             .injector
             .intercept(target, op, self.instance.as_deref(), None)
             .await;
-        finish(verdict, call).await
+        let result = finish(verdict, call).await;
+        self.injector
+            .after_call(target, op, self.instance.as_deref(), result.is_ok());
+        result
     }
 }
 
@@ -782,7 +785,14 @@ impl FaultyGateway {
             Verdict::Proceed { spent } => within.saturating_sub(*spent),
             _ => within,
         };
-        finish(verdict, call(left)).await
+        let result = finish(verdict, call(left)).await;
+        self.site.injector.after_call(
+            Target::Gateway,
+            op,
+            self.site.instance.as_deref(),
+            result.is_ok(),
+        );
+        result
     }
 }
 labelled!(FaultyGateway);

@@ -52,12 +52,37 @@
 //!   ahead (negative: behind) while the fault is active. Its probability must
 //!   be 1 (a clock that jitters per read is not a skewed clock).
 //!
+//! Rehearsals take more targets than the ports ([`Target::scope`]); each
+//! window of these is an action the fleet's fault conductor carries out:
+//! - `instance` (process fleet; `instances` picks which, all when left
+//!   out): `kill` (SIGKILL at the window's opening, or with `point =
+//!   "after_admission" | "after_create" | "after_enqueue" |
+//!   "during_execute"` the first time the instance passes that point of the
+//!   request path inside the window; started again at its close), `pause`
+//!   (SIGSTOP, then SIGCONT), `restart` (SIGTERM, started again at the
+//!   close).
+//! - `redis_server` (process fleet): `pause`, `restart` (SIGKILL, started
+//!   again on the same port and data directory: the append-only file is
+//!   what survives).
+//! - `redis_link`, `gateway_link`: toxiproxy's toxics on the TCP link, for
+//!   the window: `latency` (fixed, or uniform as latency ± jitter),
+//!   `bandwidth { kb_per_s }`, `timeout { after_ms }`, `hang` (a
+//!   blackhole), `reset` (reset_peer), `slow_close { ms }`, `slicer {
+//!   average_size, size_variation, delay_us }`, `error` (the link down:
+//!   connections refused and dropped); `probability` is the toxicity,
+//!   `stream` the direction (`upstream`, `downstream`, `both`).
+//! - `gateway_rules`: `kind = { type = "rule" }` with `rule = { .. }`, one
+//!   of the mock gateway's script rules, installed for the window.
+//!
+//! A schedule may also relax latency and rate thresholds by name
+//! (`[relax] booking_p99_ms = 2_500`); the report says which and by whom.
+//!
 //! Partial failures are faults with a probability below 1, or confined to some
 //! `ops` or `instances`. When several faults are active on one call they apply
 //! in schedule order: delays add up, and the first failing fault that fires
 //! ends the call.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -87,11 +112,123 @@ pub enum Target {
     StatusSink,
     /// The clock an instance reads.
     Clock,
+    /// A booking instance as an OS process (process fleet only): `kill`,
+    /// `pause`, `restart`.
+    Instance,
+    /// The fleet's own `redis-server` process (process fleet only): `pause`,
+    /// `restart`.
+    RedisServer,
+    /// The TCP link from the instances to Redis (a proxy with toxics).
+    RedisLink,
+    /// The TCP link from the instances to the payment gateway (a proxy with
+    /// toxics).
+    GatewayLink,
+    /// The mock gateway's scripted rules (`/__mock/rules`): a rule installed
+    /// for the window.
+    GatewayRules,
+}
+
+/// Which harness can carry out a target's faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Per call, inside an instance, through the port wrappers: the sale in
+    /// virtual time and both rehearsal fleets.
+    Port,
+    /// Signals to OS processes: the process fleet.
+    Process,
+    /// Toxics on a TCP link through a proxy: rehearsals.
+    Link,
+    /// The mock gateway's rules: rehearsals.
+    Rules,
+}
+
+impl Scope {
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Port => "port",
+            Scope::Process => "process",
+            Scope::Link => "link",
+            Scope::Rules => "gateway rules",
+        }
+    }
+}
+
+/// Where a `kill` with a `point` takes an instance down: right after a step
+/// of the request path, inside the instance (the hook is armed only by a
+/// rehearsal's `[faults]` configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KillPoint {
+    /// The ledger admitted the candidate (seat counted), nothing else done.
+    AfterAdmission,
+    /// The gateway created the payment, the booking not yet queued.
+    AfterCreate,
+    /// The booking was queued, the candidate not yet answered.
+    AfterEnqueue,
+    /// The gateway executed the payment (the money moved), the answer not
+    /// yet handled.
+    DuringExecute,
+}
+
+impl KillPoint {
+    /// Every point, in request-path order.
+    pub const ALL: [KillPoint; 4] = [
+        KillPoint::AfterAdmission,
+        KillPoint::AfterCreate,
+        KillPoint::AfterEnqueue,
+        KillPoint::DuringExecute,
+    ];
+
+    /// Its name in schedules.
+    pub fn name(self) -> &'static str {
+        match self {
+            KillPoint::AfterAdmission => "after_admission",
+            KillPoint::AfterCreate => "after_create",
+            KillPoint::AfterEnqueue => "after_enqueue",
+            KillPoint::DuringExecute => "during_execute",
+        }
+    }
+
+    /// The port call after which it fires: `(target, op)`.
+    pub fn site(self) -> (Target, &'static str) {
+        match self {
+            KillPoint::AfterAdmission => (Target::Ledger, "admit"),
+            KillPoint::AfterCreate => (Target::Gateway, "create"),
+            KillPoint::AfterEnqueue => (Target::Queue, "send"),
+            KillPoint::DuringExecute => (Target::Gateway, "execute"),
+        }
+    }
+
+    /// Whether it fires only after a call that succeeded (the `after_*`
+    /// points); `during_execute` fires whatever the answer was.
+    pub fn needs_success(self) -> bool {
+        self != KillPoint::DuringExecute
+    }
+}
+
+impl std::fmt::Display for KillPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which way a link toxic acts, as toxiproxy's `stream`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkStream {
+    /// From the instance to the server.
+    Upstream,
+    /// From the server back to the instance (toxiproxy's default).
+    Downstream,
+    /// Both ways (two toxics).
+    Both,
 }
 
 impl Target {
     /// Every target.
-    pub const ALL: [Target; 10] = [
+    pub const ALL: [Target; 15] = [
         Target::Ledger,
         Target::Records,
         Target::Stream,
@@ -102,6 +239,11 @@ impl Target {
         Target::Alerts,
         Target::StatusSink,
         Target::Clock,
+        Target::Instance,
+        Target::RedisServer,
+        Target::RedisLink,
+        Target::GatewayLink,
+        Target::GatewayRules,
     ];
 
     /// Its name in schedules.
@@ -117,6 +259,21 @@ impl Target {
             Target::Alerts => "alerts",
             Target::StatusSink => "status_sink",
             Target::Clock => "clock",
+            Target::Instance => "instance",
+            Target::RedisServer => "redis_server",
+            Target::RedisLink => "redis_link",
+            Target::GatewayLink => "gateway_link",
+            Target::GatewayRules => "gateway_rules",
+        }
+    }
+
+    /// The harness that carries out its faults.
+    pub fn scope(self) -> Scope {
+        match self {
+            Target::Instance | Target::RedisServer => Scope::Process,
+            Target::RedisLink | Target::GatewayLink => Scope::Link,
+            Target::GatewayRules => Scope::Rules,
+            _ => Scope::Port,
         }
     }
 
@@ -180,6 +337,12 @@ impl Target {
             Target::Alerts => &["raise"],
             Target::StatusSink => &["put", "get"],
             Target::Clock => &["now_ms"],
+            // whole processes, links and rules have no methods
+            Target::Instance
+            | Target::RedisServer
+            | Target::RedisLink
+            | Target::GatewayLink
+            | Target::GatewayRules => &[],
         }
     }
 }
@@ -265,6 +428,45 @@ pub enum FaultKind {
         /// Ahead (positive) or behind (negative), ms.
         ms: i64,
     },
+    /// SIGKILL (instance, process fleet): at the window's opening, or with a
+    /// `point`, the first time the instance passes that point of the request
+    /// path inside the window; started again when the window closes.
+    Kill {
+        /// Where in the request path; at once when left out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        point: Option<KillPoint>,
+    },
+    /// SIGSTOP at the window's opening, SIGCONT at its close (an instance or
+    /// `redis-server`).
+    Pause,
+    /// Stopped at the window's opening (SIGTERM for an instance, SIGKILL for
+    /// `redis-server`: its append-only file is what survives), started
+    /// again at its close.
+    Restart,
+    /// A link carries at most `kb_per_s` KB a second (toxiproxy's
+    /// `bandwidth`).
+    Bandwidth {
+        /// KB per second (above 0).
+        kb_per_s: u64,
+    },
+    /// A link's connections close `ms` late (toxiproxy's `slow_close`).
+    SlowClose {
+        /// The delay, ms.
+        ms: u64,
+    },
+    /// A link's data is cut into small pieces sent `delay_us` apart
+    /// (toxiproxy's `slicer`).
+    Slicer {
+        /// Mean piece size, bytes (above 0).
+        average_size: u64,
+        /// How far a piece's size strays from the mean, bytes.
+        size_variation: u64,
+        /// Between pieces, µs.
+        delay_us: u64,
+    },
+    /// The spec's `rule` is installed on the mock gateway for the window
+    /// (`gateway_rules` only).
+    Rule,
 }
 
 impl FaultKind {
@@ -278,6 +480,13 @@ impl FaultKind {
             FaultKind::Reset => "reset",
             FaultKind::Hang { .. } => "hang",
             FaultKind::ClockSkew { .. } => "clock_skew",
+            FaultKind::Kill { .. } => "kill",
+            FaultKind::Pause => "pause",
+            FaultKind::Restart => "restart",
+            FaultKind::Bandwidth { .. } => "bandwidth",
+            FaultKind::SlowClose { .. } => "slow_close",
+            FaultKind::Slicer { .. } => "slicer",
+            FaultKind::Rule => "rule",
         }
     }
 }
@@ -311,9 +520,17 @@ pub struct FaultSpec {
     /// left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every_ms: Option<u64>,
-    /// The chance it fires on a call while active, 0..=1 (default 1).
+    /// The chance it fires on a call while active, 0..=1 (default 1); on a
+    /// link, toxiproxy's `toxicity` (the share of connections it acts on).
     #[serde(default = "one")]
     pub probability: f64,
+    /// Which way a link toxic acts (links only; downstream when left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<LinkStream>,
+    /// The mock gateway's rule (a `[[rule]]` table of its script:
+    /// `gateway_rules` only), installed for the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<serde_json::Value>,
 }
 
 impl FaultSpec {
@@ -362,6 +579,14 @@ pub enum ScheduleError {
     /// Not TOML, or not a schedule (unknown target, kind or field).
     #[error("cannot read the schedule: {0}")]
     Parse(String),
+    /// A relaxed threshold that makes no sense.
+    #[error("relax {name:?}: {why}")]
+    Relax {
+        /// The verdict's name.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
     /// A fault that makes no sense.
     #[error("fault {index} ({name:?}): {why}")]
     Invalid {
@@ -378,6 +603,16 @@ pub enum ScheduleError {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Schedule {
+    /// What the schedule rehearses, for a human (listings, the report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Latency and rate thresholds the schedule relaxes, by verdict name
+    /// (`booking_p99_ms = 1_000`): a schedule that pauses Redis for 2 s
+    /// cannot hold a 50 ms p99. The report lists each with the schedule's
+    /// name; invariants of the audit cannot be relaxed (the rehearsal
+    /// refuses such a name).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub relax: BTreeMap<String, f64>,
     /// The faults, in the order they apply.
     #[serde(default, rename = "fault")]
     pub faults: Vec<FaultSpec>,
@@ -426,7 +661,7 @@ impl Schedule {
             if !names.insert(f.name.as_str()) {
                 return Err(bad("another fault has this name".into()));
             }
-            if let Some(ops) = &f.ops {
+            if let Some(ops) = f.ops.as_ref().filter(|_| f.target.scope() == Scope::Port) {
                 if ops.is_empty() {
                     return Err(bad(
                         "an empty ops list selects nothing: leave it out for every method".into(),
@@ -467,40 +702,45 @@ impl Schedule {
                     )));
                 }
             }
-            match f.kind {
-                FaultKind::Latency { delay } => match delay {
-                    Delay::Uniform { lo_ms, hi_ms } if lo_ms > hi_ms => {
-                        return Err(bad(format!(
-                            "uniform delay with lo_ms {lo_ms} > hi_ms {hi_ms}"
-                        )));
-                    }
-                    Delay::Exponential { mean_ms, .. }
-                        if !(mean_ms > 0.0 && mean_ms.is_finite()) =>
-                    {
-                        return Err(bad(format!(
-                            "exponential delay needs a finite mean above 0, not {mean_ms}"
-                        )));
-                    }
-                    _ => {}
-                },
-                FaultKind::Hang { ms: Some(0) } => {
-                    return Err(bad("a hang of 0 ms is no hang".into()));
-                }
-                _ => {}
-            }
-            let is_skew = matches!(f.kind, FaultKind::ClockSkew { .. });
-            if is_skew != (f.target == Target::Clock) {
-                return Err(bad(format!(
-                    "{} on {}: clock_skew goes on the clock, and the clock takes only clock_skew",
-                    f.kind.name(),
-                    f.target
-                )));
-            }
-            if is_skew && f.probability != 1.0 {
-                return Err(bad("clock_skew needs probability 1".into()));
+            check_kind(f).map_err(bad)?;
+        }
+        for (name, bound) in &self.relax {
+            if name.trim().is_empty() || !bound.is_finite() || *bound < 0.0 {
+                return Err(ScheduleError::Relax {
+                    name: name.clone(),
+                    why: format!("a bound must be a finite number of at least 0, not {bound}"),
+                });
             }
         }
         Ok(())
+    }
+
+    /// The harnesses its faults need.
+    pub fn scopes(&self) -> BTreeSet<Scope> {
+        self.faults.iter().map(|f| f.target.scope()).collect()
+    }
+
+    /// Refuses a fault that a harness able to carry out only `scopes`
+    /// cannot (the sale in virtual time has ports only; an in-process fleet
+    /// has no processes to kill), naming the fault and what it needs.
+    pub fn check_scopes(&self, harness: &str, scopes: &[Scope]) -> Result<(), ScheduleError> {
+        match self
+            .faults
+            .iter()
+            .enumerate()
+            .find(|(_, f)| !scopes.contains(&f.target.scope()))
+        {
+            None => Ok(()),
+            Some((index, f)) => Err(ScheduleError::Invalid {
+                index,
+                name: f.name.clone(),
+                why: format!(
+                    "{} is a {} fault, which {harness} cannot carry out",
+                    f.target,
+                    f.target.scope().name()
+                ),
+            }),
+        }
     }
 
     /// The faults that apply to `op` of `target` at `now_ms` (ms from the
@@ -531,6 +771,139 @@ impl Schedule {
             .filter(|(_, f)| f.applies(now_ms, target, op, instance))
             .collect()
     }
+}
+
+/// Whether `f`'s kind fits its target (see the module docs).
+fn check_kind(f: &FaultSpec) -> Result<(), String> {
+    let kind = f.kind.name();
+    let target = f.target;
+    let scope = target.scope();
+    let not_for = || format!("{kind} does not apply to {target}");
+    if f.stream.is_some() && scope != Scope::Link {
+        return Err(format!("stream is for links, not {target}"));
+    }
+    if f.rule.is_some() != (target == Target::GatewayRules) {
+        return Err("a rule goes with gateway_rules, and gateway_rules needs a rule".into());
+    }
+    if scope != Scope::Port && f.ops.is_some() {
+        return Err(format!("{target} has no methods: leave ops out"));
+    }
+    if (matches!(scope, Scope::Link | Scope::Rules) || target == Target::RedisServer)
+        && f.instances.is_some()
+    {
+        return Err(format!(
+            "{target} is shared by the fleet: leave instances out"
+        ));
+    }
+    let action = matches!(
+        f.kind,
+        FaultKind::Kill { .. } | FaultKind::Pause | FaultKind::Restart | FaultKind::Rule
+    ) || (scope == Scope::Link && f.kind == FaultKind::Error);
+    if action && f.probability != 1.0 {
+        return Err(format!(
+            "{kind} on {target} is an action, not a coin: it needs probability 1"
+        ));
+    }
+    match f.kind {
+        FaultKind::Latency { delay } => {
+            if scope != Scope::Port && scope != Scope::Link {
+                return Err(not_for());
+            }
+            match delay {
+                Delay::Uniform { lo_ms, hi_ms } if lo_ms > hi_ms => {
+                    return Err(format!("uniform delay with lo_ms {lo_ms} > hi_ms {hi_ms}"));
+                }
+                Delay::Exponential { mean_ms, .. } if !(mean_ms > 0.0 && mean_ms.is_finite()) => {
+                    return Err(format!(
+                        "exponential delay needs a finite mean above 0, not {mean_ms}"
+                    ));
+                }
+                Delay::Exponential { .. } if scope == Scope::Link => {
+                    return Err(
+                        "a link's latency is fixed or uniform (toxiproxy's latency ± jitter)"
+                            .into(),
+                    );
+                }
+                _ => {}
+            }
+        }
+        FaultKind::Error | FaultKind::Timeout { .. } | FaultKind::Reset => {
+            if scope != Scope::Port && scope != Scope::Link {
+                return Err(not_for());
+            }
+        }
+        FaultKind::Throttle => {
+            if scope != Scope::Port {
+                return Err(not_for());
+            }
+        }
+        FaultKind::Hang { ms } => {
+            if ms == Some(0) {
+                return Err("a hang of 0 ms is no hang".into());
+            }
+            if scope == Scope::Link && ms.is_some() {
+                return Err(
+                    "a link's hang holds the data for the whole window: leave ms out".into(),
+                );
+            }
+            if scope != Scope::Port && scope != Scope::Link {
+                return Err(not_for());
+            }
+        }
+        FaultKind::ClockSkew { .. } => {
+            if f.probability != 1.0 && target == Target::Clock {
+                return Err("clock_skew needs probability 1".into());
+            }
+        }
+        FaultKind::Kill { .. } => {
+            if target != Target::Instance {
+                return Err(format!(
+                    "kill is for instance (redis_server takes restart), not {target}"
+                ));
+            }
+        }
+        FaultKind::Pause | FaultKind::Restart => {
+            if scope != Scope::Process {
+                return Err(not_for());
+            }
+        }
+        FaultKind::Bandwidth { kb_per_s } => {
+            if scope != Scope::Link {
+                return Err(not_for());
+            }
+            if kb_per_s == 0 {
+                return Err("a bandwidth of 0 KB/s is a blackhole: use hang".into());
+            }
+        }
+        FaultKind::SlowClose { .. } => {
+            if scope != Scope::Link {
+                return Err(not_for());
+            }
+        }
+        FaultKind::Slicer { average_size, .. } => {
+            if scope != Scope::Link {
+                return Err(not_for());
+            }
+            if average_size == 0 {
+                return Err("a slicer needs an average_size above 0".into());
+            }
+        }
+        FaultKind::Rule => {
+            if target != Target::GatewayRules {
+                return Err(not_for());
+            }
+            if !f.rule.as_ref().is_some_and(serde_json::Value::is_object) {
+                return Err("rule must be a table (a [[rule]] of the mock's script)".into());
+            }
+        }
+    }
+    let is_skew = matches!(f.kind, FaultKind::ClockSkew { .. });
+    if is_skew != (target == Target::Clock) {
+        return Err(format!(
+            "{kind} on {target}: clock_skew goes on the clock, and the clock takes only clock_skew"
+        ));
+    }
+    Ok(())
 }
 
 /// What the coins said for one call under one fault.
@@ -648,14 +1021,19 @@ kind = { type = "hang" }
             duration_ms: 50,
             every_ms: None,
             probability: 1.0,
+            stream: None,
+            rule: None,
         }
     }
 
     fn invalid(f: FaultSpec) -> String {
-        Schedule { faults: vec![f] }
-            .validate()
-            .unwrap_err()
-            .to_string()
+        Schedule {
+            faults: vec![f],
+            ..Schedule::default()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string()
     }
 
     #[test]
@@ -690,7 +1068,8 @@ kind = { type = "hang" }
 
     #[test]
     fn the_example_schedule_file_is_valid() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schedules/example.toml");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../chaos/schedules/example.toml");
         let s = Schedule::load(&path).unwrap();
         let kinds: BTreeSet<&str> = s.faults.iter().map(|f| f.kind.name()).collect();
         assert_eq!(
@@ -724,6 +1103,7 @@ kind = { type = "hang" }
         let ok = spec(Target::Ledger, FaultKind::Error);
         Schedule {
             faults: vec![ok.clone()],
+            ..Schedule::default()
         }
         .validate()
         .unwrap();
@@ -795,6 +1175,7 @@ kind = { type = "hang" }
         );
         let twice = Schedule {
             faults: vec![ok.clone(), ok.clone()],
+            ..Schedule::default()
         };
         let e = twice.validate().unwrap_err();
         assert_eq!(
@@ -851,6 +1232,7 @@ kind = { type = "hang" }
         api2.instances = Some(vec!["api-2".into()]);
         let s = Schedule {
             faults: vec![admit_only, all_ops, queue, api2],
+            ..Schedule::default()
         };
         s.validate().unwrap();
         let names = |v: Vec<&FaultSpec>| v.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
@@ -935,5 +1317,288 @@ kind = { type = "hang" }
         // the cap at 4.5 means takes about 1% of the mass off the top
         assert!((85.0..=105.0).contains(&mean), "mean {mean}");
         assert!(xs.iter().filter(|&&x| x == 450).count() > 0, "a tail");
+    }
+
+    const REHEARSAL: &str = r#"
+description = "the headline: a kill, a paused Redis, a slow gateway link"
+[relax]
+booking_p99_ms = 2_500
+
+[[fault]]
+name = "kill-instance-1"
+target = "instance"
+instances = ["instance-1"]
+start_ms = 10_000
+duration_ms = 5_000
+kind = { type = "kill" }
+
+[[fault]]
+name = "kill-after-enqueue"
+target = "instance"
+instances = ["instance-2"]
+start_ms = 12_000
+duration_ms = 3_000
+kind = { type = "kill", point = "after_enqueue" }
+
+[[fault]]
+name = "redis-paused"
+target = "redis_server"
+start_ms = 20_000
+duration_ms = 2_000
+kind = { type = "pause" }
+
+[[fault]]
+name = "gateway-slow"
+target = "gateway_link"
+start_ms = 25_000
+duration_ms = 5_000
+stream = "downstream"
+kind = { type = "latency", delay = { uniform = { lo_ms = 180, hi_ms = 220 } } }
+
+[[fault]]
+name = "redis-sliced"
+target = "redis_link"
+start_ms = 31_000
+duration_ms = 1_000
+probability = 0.5
+kind = { type = "slicer", average_size = 64, size_variation = 32, delay_us = 100 }
+
+[[fault]]
+name = "executes-refused"
+target = "gateway_rules"
+start_ms = 40_000
+duration_ms = 2_000
+kind = { type = "rule" }
+rule = { op = "execute", action = { fail = "insufficient_balance" } }
+"#;
+
+    #[test]
+    fn process_link_and_rule_faults_read_round_trip_and_say_their_scope() {
+        let s = Schedule::from_toml(REHEARSAL).unwrap();
+        assert_eq!(s.relax.get("booking_p99_ms"), Some(&2_500.0));
+        assert!(s.description.as_deref().unwrap().contains("headline"));
+        assert_eq!(
+            s.faults[1].kind,
+            FaultKind::Kill {
+                point: Some(KillPoint::AfterEnqueue)
+            }
+        );
+        assert_eq!(s.faults[3].stream, Some(LinkStream::Downstream));
+        assert_eq!(s.faults[5].rule.as_ref().unwrap()["op"], "execute");
+        assert_eq!(
+            s.scopes(),
+            BTreeSet::from([Scope::Process, Scope::Link, Scope::Rules])
+        );
+        let again = Schedule::from_toml(&s.to_toml().unwrap()).unwrap();
+        assert_eq!(again, s, "round trip");
+        let e = s
+            .check_scopes("the sale in virtual time", &[Scope::Port])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("kill-instance-1") && e.to_string().contains("process"),
+            "{e}"
+        );
+        s.check_scopes(
+            "the process fleet",
+            &[Scope::Port, Scope::Process, Scope::Link, Scope::Rules],
+        )
+        .unwrap();
+        let in_process = s
+            .check_scopes(
+                "the in-process fleet",
+                &[Scope::Port, Scope::Link, Scope::Rules],
+            )
+            .unwrap_err();
+        assert!(in_process.to_string().contains("kill-instance-1"));
+    }
+
+    #[test]
+    fn kinds_that_do_not_fit_their_target_are_refused() {
+        let base = |target: Target, kind: FaultKind| FaultSpec {
+            rule: (target == Target::GatewayRules).then(|| serde_json::json!({"op": "execute"})),
+            ..spec(target, kind)
+        };
+        let bad = [
+            (
+                base(Target::Ledger, FaultKind::Kill { point: None }),
+                "kill is for instance",
+            ),
+            (
+                base(Target::RedisServer, FaultKind::Kill { point: None }),
+                "kill is for instance",
+            ),
+            (
+                base(Target::Instance, FaultKind::Error),
+                "does not apply to instance",
+            ),
+            (
+                base(
+                    Target::Instance,
+                    FaultKind::Latency {
+                        delay: Delay::Fixed { ms: 1 },
+                    },
+                ),
+                "does not apply",
+            ),
+            (
+                base(Target::Ledger, FaultKind::Pause),
+                "does not apply to ledger",
+            ),
+            (
+                base(Target::RedisLink, FaultKind::Throttle),
+                "does not apply to redis_link",
+            ),
+            (
+                base(Target::Queue, FaultKind::Bandwidth { kb_per_s: 10 }),
+                "does not apply",
+            ),
+            (
+                base(Target::GatewayLink, FaultKind::Bandwidth { kb_per_s: 0 }),
+                "blackhole",
+            ),
+            (
+                base(
+                    Target::RedisLink,
+                    FaultKind::Slicer {
+                        average_size: 0,
+                        size_variation: 0,
+                        delay_us: 1,
+                    },
+                ),
+                "average_size",
+            ),
+            (
+                base(Target::RedisLink, FaultKind::Hang { ms: Some(5) }),
+                "leave ms out",
+            ),
+            (
+                base(
+                    Target::RedisLink,
+                    FaultKind::Latency {
+                        delay: Delay::Exponential {
+                            mean_ms: 5.0,
+                            max_ms: 9,
+                        },
+                    },
+                ),
+                "fixed or uniform",
+            ),
+            (
+                base(Target::Ledger, FaultKind::Rule),
+                "rule does not apply to ledger",
+            ),
+            (
+                FaultSpec {
+                    rule: Some(serde_json::json!({})),
+                    ..base(Target::Ledger, FaultKind::Error)
+                },
+                "rule goes with gateway_rules",
+            ),
+            (
+                FaultSpec {
+                    rule: None,
+                    ..base(Target::GatewayRules, FaultKind::Rule)
+                },
+                "needs a rule",
+            ),
+            (
+                FaultSpec {
+                    rule: Some(serde_json::json!(3)),
+                    ..base(Target::GatewayRules, FaultKind::Rule)
+                },
+                "must be a table",
+            ),
+            (
+                FaultSpec {
+                    probability: 0.5,
+                    ..base(Target::Instance, FaultKind::Pause)
+                },
+                "probability 1",
+            ),
+            (
+                FaultSpec {
+                    probability: 0.5,
+                    ..base(Target::GatewayLink, FaultKind::Error)
+                },
+                "probability 1",
+            ),
+            (
+                FaultSpec {
+                    ops: Some(vec!["admit".into()]),
+                    ..base(Target::Instance, FaultKind::Pause)
+                },
+                "leave ops out",
+            ),
+            (
+                FaultSpec {
+                    instances: Some(vec!["a".into()]),
+                    ..base(Target::RedisServer, FaultKind::Pause)
+                },
+                "leave instances out",
+            ),
+            (
+                FaultSpec {
+                    stream: Some(LinkStream::Both),
+                    ..base(Target::Ledger, FaultKind::Error)
+                },
+                "stream is for links",
+            ),
+        ];
+        for (f, needle) in bad {
+            let e = invalid(f.clone());
+            assert!(e.contains(needle), "{f:?}: {e}");
+        }
+        // what fits is taken, a link toxic with a coin included
+        for ok in [
+            base(
+                Target::Instance,
+                FaultKind::Kill {
+                    point: Some(KillPoint::DuringExecute),
+                },
+            ),
+            base(Target::Instance, FaultKind::Restart),
+            base(Target::RedisServer, FaultKind::Restart),
+            FaultSpec {
+                probability: 0.3,
+                ..base(Target::RedisLink, FaultKind::Reset)
+            },
+            base(Target::GatewayLink, FaultKind::Hang { ms: None }),
+            base(Target::GatewayLink, FaultKind::SlowClose { ms: 50 }),
+            base(Target::GatewayRules, FaultKind::Rule),
+        ] {
+            Schedule {
+                faults: vec![ok.clone()],
+                ..Schedule::default()
+            }
+            .validate()
+            .unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+        let relax = Schedule {
+            relax: BTreeMap::from([("booking_p99_ms".to_owned(), f64::NAN)]),
+            ..Schedule::default()
+        };
+        assert!(matches!(relax.validate(), Err(ScheduleError::Relax { .. })));
+    }
+
+    #[test]
+    fn kill_points_sit_after_their_step_of_the_request_path() {
+        let sites: Vec<_> = KillPoint::ALL.iter().map(|p| p.site()).collect();
+        assert_eq!(
+            sites,
+            [
+                (Target::Ledger, "admit"),
+                (Target::Gateway, "create"),
+                (Target::Queue, "send"),
+                (Target::Gateway, "execute")
+            ]
+        );
+        for p in KillPoint::ALL {
+            let (target, op) = p.site();
+            assert!(target.ops().contains(&op), "{p}");
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(json, format!("\"{}\"", p.name()));
+        }
+        assert!(!KillPoint::DuringExecute.needs_success());
+        assert!(KillPoint::AfterEnqueue.needs_success());
     }
 }
