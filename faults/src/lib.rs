@@ -16,6 +16,7 @@
 //! - [`wrappers`]: one wrapper per port, each surfacing injected failures in
 //!   the port's own error type.
 
+pub mod builtin;
 pub mod injector;
 pub mod schedule;
 pub mod wrappers;
