@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Duration, SecondsFormat};
 
-use crate::model::{Report, TransactionFigures, Verdict};
+use crate::model::{Fault, Relaxed, Report, TransactionFigures, Verdict};
 
 /// The transaction whose latency the headline quotes.
 pub const BOOKING: &str = "booking";
@@ -95,12 +95,73 @@ pub fn with_unit(value: f64, unit: &str) -> String {
 
 /// An invariant's threshold as a bound: `≤ 50 ms`, `≥ 1,950 bookings/s`.
 pub fn threshold(i: &Verdict) -> String {
-    let op = match i.bound.as_str() {
+    bound_text(&i.bound, i.threshold, &i.unit)
+}
+
+/// `value` as a bound of kind `bound` (`at_most`, `at_least`) in `unit`.
+pub fn bound_text(bound: &str, value: f64, unit: &str) -> String {
+    let op = match bound {
         "at_most" => "≤",
         "at_least" => "≥",
         other => other,
     };
-    format!("{op} {}", with_unit(i.threshold, &i.unit))
+    format!("{op} {}", with_unit(value, unit))
+}
+
+/// A relaxed threshold's bound used and default bound, written like the
+/// verdict's threshold when the run checked that verdict, else bare.
+pub fn relaxed_bounds(r: &Report, x: &Relaxed) -> (String, String) {
+    match r.invariant(&x.verdict) {
+        Some(i) => (
+            bound_text(&i.bound, x.bound, &i.unit),
+            bound_text(&i.bound, x.default_bound, &i.unit),
+        ),
+        None => (fmt_num(x.bound), fmt_num(x.default_bound)),
+    }
+}
+
+/// A fault's reactions as `name n` pairs: `undos 3, alerts 1` (`""` when
+/// none were counted).
+pub fn reactions_text(f: &Fault) -> String {
+    f.reactions
+        .iter()
+        .map(|(k, n)| format!("{k} {}", fmt_int(*n)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// How long a fault lasted: `3.4 s`, or `instant`.
+pub fn fault_for(f: &Fault) -> String {
+    if f.duration_ms == 0 {
+        "instant".to_owned()
+    } else {
+        fmt_secs(f.duration_ms)
+    }
+}
+
+/// One line about a fault: name, kind, where, when, how often, and whether
+/// it could not be done: `kill-one (kill) on instance-1, at 12.0 s for
+/// 3.4 s, fired 1` (an older report's fault has no count of firings).
+pub fn fault_line(f: &Fault) -> String {
+    let mut s = f.name().to_owned();
+    let kind = f.kind_or_what();
+    if kind != f.name() && !kind.is_empty() {
+        s.push_str(&format!(" ({kind})"));
+    }
+    if !f.target.is_empty() {
+        s.push_str(&format!(" on {}", f.target));
+    }
+    s.push_str(&format!(", at {}", fmt_secs(f.at_ms)));
+    if f.duration_ms > 0 {
+        s.push_str(&format!(" for {}", fmt_secs(f.duration_ms)));
+    }
+    if f.from_schedule() {
+        s.push_str(&format!(", fired {}", fmt_int(f.fired)));
+    }
+    if let Some(e) = &f.error {
+        s.push_str(&format!("; could not be carried out: {e}"));
+    }
+    s
 }
 
 /// Milliseconds as seconds with one decimal: `89494` → `89.5 s`.

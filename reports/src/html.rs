@@ -6,11 +6,11 @@ use std::fmt::Write as _;
 
 use crate::compare::{Comparison, Trend};
 use crate::figures::{
-    booking_p99_ms, duration_ms, failed_first, fmt_int, fmt_num, fmt_secs, paid_total, pct,
-    threshold, wall_clock, with_unit,
+    booking_p99_ms, duration_ms, failed_first, fault_for, fault_line, fmt_int, fmt_num, fmt_secs,
+    paid_total, pct, relaxed_bounds, threshold, wall_clock, with_unit,
 };
 use crate::model::{Report, Sample};
-use crate::svg::{Band, BarChart, BarSeries, LineChart, LineSeries, PALETTE, Rule};
+use crate::svg::{Band, BarChart, BarSeries, FaultBand, LineChart, LineSeries, PALETTE, Rule};
 
 /// Escapes `s` for HTML text and double- or single-quoted attribute values.
 pub fn escape(s: &str) -> String {
@@ -75,6 +75,12 @@ svg .legend{font-size:12px;fill:#374151}
 svg .unit{font-size:11px;fill:var(--mute)}
 svg .band{fill:#f8fafc}svg .band.alt{fill:#eef2f7}
 svg .phase{font-size:10px;fill:#94a3b8}
+svg .fault-band{fill:rgba(234,88,12,.13);stroke:rgba(234,88,12,.45);stroke-width:1}
+svg .fault-mark{stroke:#ea580c;stroke-width:1.5}
+svg .fault-label{font-size:10px;fill:#c2410c}
+svg .fault.failed .fault-band{fill:rgba(220,38,38,.08);stroke:#dc2626;stroke-dasharray:3 2}
+svg .fault.failed .fault-mark{stroke:#dc2626;stroke-dasharray:3 2}
+svg .fault.failed .fault-label{fill:#b91c1c}
 svg .rule{stroke:#dc2626;stroke-width:1.2;stroke-dasharray:4 3}
 svg .rule-label{font-size:10.5px;fill:#dc2626}
 svg .frame{fill:#fafafa;stroke:var(--line)}
@@ -84,6 +90,9 @@ th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;verti
 th{font-size:12px;color:var(--mute);font-weight:600;text-transform:uppercase;letter-spacing:.03em;background:#fafbfc}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.failed td{background:#fef2f2}
+td.error{color:var(--bad);font-weight:600;overflow-wrap:anywhere}
+.relaxed{color:#b45309;font-size:12px;white-space:nowrap}
+.reactions{white-space:nowrap}
 .pass{color:var(--ok);font-weight:700;white-space:nowrap}.fail{color:var(--bad);font-weight:700;white-space:nowrap}
 .detail{color:#4b5563;font-size:12.5px;max-width:520px;overflow-wrap:anywhere}
 .cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(380px,1fr));gap:16px}
@@ -180,6 +189,20 @@ fn rule(r: &Report, name: &str, label: &str) -> Vec<Rule> {
         .collect()
 }
 
+/// The run's faults as bands on the time plots (x in seconds).
+pub fn fault_bands(r: &Report) -> Vec<FaultBand> {
+    r.faults
+        .iter()
+        .map(|f| FaultBand {
+            label: f.name().to_owned(),
+            title: fault_line(f),
+            x0: f.at_ms as f64 / 1000.0,
+            x1: f.end_ms() as f64 / 1000.0,
+            failed: f.failed(),
+        })
+        .collect()
+}
+
 /// The run's plots: `(heading, svg)`.
 pub fn report_charts(r: &Report) -> Vec<(String, String)> {
     let bands: Vec<Band> = r
@@ -191,6 +214,7 @@ pub fn report_charts(r: &Report) -> Vec<(String, String)> {
             x1: p.end_ms as f64 / 1000.0,
         })
         .collect();
+    let faults = fault_bands(r);
     let t = &r.timeline;
     let chart = |title: &str, y_label: &str, series: Vec<LineSeries>, rules: Vec<Rule>| LineChart {
         title: title.to_owned(),
@@ -198,6 +222,7 @@ pub fn report_charts(r: &Report) -> Vec<(String, String)> {
         y_label: y_label.to_owned(),
         series,
         bands: bands.clone(),
+        faults: faults.clone(),
         rules,
     };
     let mut rate_rules = Vec::new();
@@ -296,9 +321,19 @@ fn invariant_table(out: &mut String, r: &Report) {
         r#"<table><thead><tr><th>Invariant</th><th>Verdict</th><th class="num">Figure</th><th class="num">Threshold</th><th>Detail</th></tr></thead><tbody>"#,
     );
     for i in failed_first(r) {
+        let relaxed = r
+            .relaxed(&i.name)
+            .map(|x| {
+                format!(
+                    r#"<br><span class="relaxed">relaxed by <code>{}</code> (default {})</span>"#,
+                    escape(&x.by),
+                    escape(&relaxed_bounds(r, x).1)
+                )
+            })
+            .unwrap_or_default();
         let _ = write!(
             out,
-            r#"<tr{}><td><code>{}</code></td>{}<td class="num">{}</td><td class="num">{}</td><td class="detail">{}</td></tr>"#,
+            r#"<tr{}><td><code>{}</code></td>{}<td class="num">{}</td><td class="num">{}{relaxed}</td><td class="detail">{}</td></tr>"#,
             if i.passed { "" } else { r#" class="failed""# },
             escape(&i.name),
             verdict_cell(i.passed),
@@ -309,6 +344,91 @@ fn invariant_table(out: &mut String, r: &Report) {
     }
     if r.invariants.is_empty() {
         out.push_str(r#"<tr><td colspan="5" class="muted">No invariants were checked.</td></tr>"#);
+    }
+    out.push_str("</tbody></table>");
+}
+
+/// The thresholds a fault schedule relaxed (nothing when none was).
+fn relaxed_table(out: &mut String, r: &Report) {
+    if r.relaxed.is_empty() {
+        return;
+    }
+    out.push_str(
+        r#"<h3 class="relaxed-head">Thresholds relaxed by a fault schedule</h3><table class="relaxed-table"><thead><tr><th>Verdict</th><th class="num">Bound used</th><th class="num">Default bound</th><th>Relaxed by</th></tr></thead><tbody>"#,
+    );
+    for x in &r.relaxed {
+        let (used, default) = relaxed_bounds(r, x);
+        let _ = write!(
+            out,
+            r#"<tr><td><code>{}</code></td><td class="num">{}</td><td class="num">{}</td><td><code>{}</code></td></tr>"#,
+            escape(&x.verdict),
+            escape(&used),
+            escape(&default),
+            escape(&x.by)
+        );
+    }
+    out.push_str("</tbody></table>");
+}
+
+/// The faults injected, those that could not be carried out first.
+fn fault_table(out: &mut String, r: &Report) {
+    if r.faults.is_empty() {
+        out.push_str(r#"<p class="muted">None: a plain rehearsal.</p>"#);
+        return;
+    }
+    out.push_str(
+        r#"<table class="faults"><thead><tr><th class="num">At</th><th class="num">For</th><th>Name</th><th>Kind</th><th>Where</th><th class="num">Fired</th><th>Reactions</th><th>Effect</th><th>Error</th></tr></thead><tbody>"#,
+    );
+    for f in r.faults_failed_first() {
+        let kind = if f.kind.is_empty() || f.what.is_empty() || f.what == f.kind {
+            format!("<code>{}</code>", escape(f.kind_or_what()))
+        } else {
+            format!(
+                r#"<code>{}</code><div class="detail">{}</div>"#,
+                escape(&f.kind),
+                escape(&f.what)
+            )
+        };
+        let reactions = if f.reactions.is_empty() {
+            r#"<span class="muted">–</span>"#.to_owned()
+        } else {
+            f.reactions
+                .iter()
+                .map(|(k, n)| {
+                    format!(
+                        r#"<span class="reactions"><code>{}</code> {}</span>"#,
+                        escape(k),
+                        fmt_int(*n)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("<br>")
+        };
+        let name = if f.fault.is_empty() {
+            r#"<span class="muted">–</span>"#.to_owned()
+        } else {
+            format!("<strong>{}</strong>", escape(&f.fault))
+        };
+        let (row, error) = match &f.error {
+            Some(e) => (
+                r#" class="failed""#,
+                format!(r#"<td class="error">✗ {}</td>"#, escape(e)),
+            ),
+            None => ("", "<td></td>".to_owned()),
+        };
+        let _ = write!(
+            out,
+            r#"<tr{row}><td class="num">{}</td><td class="num">{}</td><td>{name}</td><td>{kind}</td><td>{}</td><td class="num">{}</td><td>{reactions}</td><td class="detail">{}</td>{error}</tr>"#,
+            fmt_secs(f.at_ms),
+            fault_for(f),
+            escape(&f.target),
+            if f.from_schedule() {
+                fmt_int(f.fired)
+            } else {
+                "–".to_owned()
+            },
+            escape(&f.effect)
+        );
     }
     out.push_str("</tbody></table>");
 }
@@ -362,6 +482,27 @@ pub fn render_report(r: &Report) -> String {
         out.push_str(
             r#"<div class="failed">The run failed, although every invariant listed held.</div>"#,
         );
+    }
+    let not_done = r.faults.iter().filter(|f| f.failed()).count();
+    if not_done > 0 {
+        let _ = write!(
+            out,
+            r#"<div class="failed">{not_done} of {} faults could not be carried out.</div>"#,
+            r.faults.len()
+        );
+    }
+    if !r.relaxed.is_empty() {
+        out.push_str(r#"<div class="sub">Thresholds relaxed by a fault schedule: "#);
+        for (n, x) in r.relaxed.iter().enumerate() {
+            let _ = write!(
+                out,
+                "{}<code>{}</code> (by <code>{}</code>)",
+                if n > 0 { ", " } else { "" },
+                escape(&x.verdict),
+                escape(&x.by)
+            );
+        }
+        out.push_str("</div>");
     }
     let _ = write!(
         out,
@@ -443,6 +584,7 @@ pub fn render_report(r: &Report) -> String {
     // Invariants.
     out.push_str("<section><h2>Invariants and thresholds</h2>");
     invariant_table(&mut out, r);
+    relaxed_table(&mut out, r);
     out.push_str("</section>");
 
     // Plots.
@@ -451,6 +593,11 @@ pub fn render_report(r: &Report) -> String {
         let _ = write!(out, "<figure><h3>{}</h3>{svg}</figure>", escape(&title));
     }
     out.push_str("</div>");
+
+    // Faults, with what each fired and what the system did about it.
+    out.push_str(r#"<section id="faults"><h2>Faults injected</h2>"#);
+    fault_table(&mut out, r);
+    out.push_str("</section>");
 
     // Latency per transaction.
     out.push_str(
@@ -552,9 +699,9 @@ pub fn render_report(r: &Report) -> String {
     }
     out.push_str("</tbody></table></section>");
 
-    // Phases and faults side by side.
+    // Phases.
     out.push_str(
-        r#"<div class="cols"><section><h2>Phases</h2><table><thead><tr><th>Phase</th><th class="num">Start</th><th class="num">End</th><th class="num">Duration</th><th>Wall clock (UTC)</th></tr></thead><tbody>"#,
+        r#"<section><h2>Phases</h2><table><thead><tr><th>Phase</th><th class="num">Start</th><th class="num">End</th><th class="num">Duration</th><th>Wall clock (UTC)</th></tr></thead><tbody>"#,
     );
     for p in &r.phases {
         let wall = match (wall_clock(r, p.start_ms), wall_clock(r, p.end_ms)) {
@@ -571,27 +718,7 @@ pub fn render_report(r: &Report) -> String {
             escape(&wall)
         );
     }
-    out.push_str("</tbody></table></section><section><h2>Faults injected</h2>");
-    if r.faults.is_empty() {
-        out.push_str(r#"<p class="muted">None: a plain rehearsal.</p>"#);
-    } else {
-        out.push_str(
-            r#"<table><thead><tr><th class="num">At</th><th class="num">For</th><th>What</th><th>Where</th><th>Effect</th></tr></thead><tbody>"#,
-        );
-        for f in &r.faults {
-            let _ = write!(
-                out,
-                r#"<tr><td class="num">{}</td><td class="num">{}</td><td><code>{}</code></td><td>{}</td><td class="detail">{}</td></tr>"#,
-                fmt_secs(f.at_ms),
-                fmt_secs(f.duration_ms),
-                escape(&f.what),
-                escape(&f.target),
-                escape(&f.effect)
-            );
-        }
-        out.push_str("</tbody></table>");
-    }
-    out.push_str("</section></div>");
+    out.push_str("</tbody></table></section>");
 
     // Versions, files, profile.
     out.push_str(r#"<div class="cols"><section><h2>Versions</h2>"#);

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use crate::compare::Comparison;
 use crate::figures::{
     booking_p99_ms, duration_ms, failed_first, fmt_int, fmt_num, fmt_secs, paid_total, pct,
-    threshold, with_unit,
+    reactions_text, relaxed_bounds, threshold, with_unit,
 };
 use crate::html::{signed, verdict_word};
 use crate::model::Report;
@@ -98,9 +98,13 @@ pub fn render_summary(r: &Report) -> String {
     out.push('\n');
     out.push_str("| | Invariant | Figure | Threshold | Detail |\n|---|---|---:|---:|---|\n");
     for i in failed_first(r) {
+        let relaxed = r
+            .relaxed(&i.name)
+            .map(|x| format!(" (relaxed by {})", code(&x.by)))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {}{relaxed} | {} |",
             if i.passed { "✓" } else { "✗" },
             code(&i.name),
             cell(&with_unit(i.figure, &i.unit)),
@@ -108,10 +112,75 @@ pub fn render_summary(r: &Report) -> String {
             cell(&i.detail)
         );
     }
-    if !r.faults.is_empty() {
-        let _ = writeln!(out, "\n{} faults injected.", r.faults.len());
-    }
+    relaxed_section(&mut out, r);
+    faults_section(&mut out, r);
     out
+}
+
+/// The thresholds a fault schedule relaxed, if any was.
+fn relaxed_section(out: &mut String, r: &Report) {
+    if r.relaxed.is_empty() {
+        return;
+    }
+    out.push_str("\n### Relaxed thresholds\n\n| Verdict | Bound used | Default bound | Relaxed by |\n|---|---:|---:|---|\n");
+    for x in &r.relaxed {
+        let (used, default) = relaxed_bounds(r, x);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            code(&x.verdict),
+            cell(&used),
+            cell(&default),
+            code(&x.by)
+        );
+    }
+}
+
+/// One line per fault injected (those not carried out first) with what the
+/// system did about it, if any fault was injected.
+fn faults_section(out: &mut String, r: &Report) {
+    if r.faults.is_empty() {
+        return;
+    }
+    let not_done = r.faults.iter().filter(|f| f.failed()).count();
+    let _ = write!(out, "\n### Faults\n\n{} injected", r.faults.len());
+    if not_done > 0 {
+        let _ = write!(out, ", **{not_done} could not be carried out**");
+    }
+    out.push_str(".\n\n");
+    for f in r.faults_failed_first() {
+        let _ = write!(
+            out,
+            "- {} {}",
+            if f.failed() { "✗" } else { "•" },
+            code(f.name())
+        );
+        let kind = f.kind_or_what();
+        if kind != f.name() && !kind.is_empty() {
+            let _ = write!(out, " ({})", cell(kind));
+        }
+        if !f.target.is_empty() {
+            let _ = write!(out, " on {}", cell(&f.target));
+        }
+        let _ = write!(out, ", at {}", fmt_secs(f.at_ms));
+        if f.duration_ms > 0 {
+            let _ = write!(out, " for {}", fmt_secs(f.duration_ms));
+        }
+        if f.from_schedule() {
+            let _ = write!(out, ", fired {}", fmt_int(f.fired));
+        }
+        let reactions = reactions_text(f);
+        if !reactions.is_empty() {
+            let _ = write!(out, "; reactions: {}", cell(&reactions));
+        }
+        if !f.effect.is_empty() {
+            let _ = write!(out, " — {}", cell(&f.effect));
+        }
+        if let Some(e) = &f.error {
+            let _ = write!(out, "; **could not be carried out:** {}", code(e));
+        }
+        out.push('\n');
+    }
 }
 
 /// The comparison as Markdown: verdicts, changed invariants, figures with deltas.

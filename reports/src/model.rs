@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub const SCHEMA: u32 = 1;
 
 /// One rehearsal run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// [`SCHEMA`] when written.
     pub schema: u32,
@@ -50,6 +50,11 @@ pub struct Report {
     /// Faults injected (empty in a plain rehearsal).
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// Thresholds a fault schedule relaxed for this run (empty when none
+    /// did): the invariants' `threshold` is the bound used, this says what
+    /// it would have been and who changed it.
+    #[serde(default)]
+    pub relaxed: Vec<Relaxed>,
     /// Samples over time, about one per second, for the plots.
     #[serde(default)]
     pub timeline: Vec<Sample>,
@@ -67,6 +72,20 @@ impl Report {
     /// The invariant called `name`.
     pub fn invariant(&self, name: &str) -> Option<&Verdict> {
         self.invariants.iter().find(|i| i.name == name)
+    }
+
+    /// How the threshold of verdict `name` was relaxed, if a fault schedule
+    /// relaxed it.
+    pub fn relaxed(&self, name: &str) -> Option<&Relaxed> {
+        self.relaxed.iter().find(|r| r.verdict == name)
+    }
+
+    /// The faults, those that could not be carried out first, otherwise in
+    /// report order.
+    pub fn faults_failed_first(&self) -> Vec<&Fault> {
+        let mut v: Vec<&Fault> = self.faults.iter().collect();
+        v.sort_by_key(|f| !f.failed());
+        v
     }
 }
 
@@ -185,7 +204,10 @@ pub use booking_audit::Verdict;
 pub type InvariantResult = Verdict;
 
 /// A fault injected during the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The first five fields are as old reports wrote them; the others were
+/// added for fault schedules and default when an older file lacks them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fault {
     /// When it started, ms since the run started.
     pub at_ms: u64,
@@ -198,6 +220,75 @@ pub struct Fault {
     /// What it caused (retries, extensions, alerts, DLQ messages).
     #[serde(default)]
     pub effect: String,
+    /// The fault's name in its schedule (`""` in older reports).
+    #[serde(default)]
+    pub fault: String,
+    /// Its kind: `kill`, `pause`, `redis_restart`, `latency`,
+    /// `toxic:latency`, `gateway_rule`, … (`""` in older reports).
+    #[serde(default)]
+    pub kind: String,
+    /// How many times it fired: the calls it hit, or 1 for a process action.
+    #[serde(default)]
+    pub fired: u64,
+    /// What the system did during or after it, as named counters (`undos`,
+    /// `redeliveries`, `extensions`, `alerts`, `restarts`, `reconnects`,
+    /// `connection_errors`, `http_5xx`, …).
+    #[serde(default)]
+    pub reactions: BTreeMap<String, u64>,
+    /// Why the fault could not be carried out (`None`: it was).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl Fault {
+    /// When it ended, ms since the run started (`at_ms` for an
+    /// instantaneous fault).
+    pub fn end_ms(&self) -> u64 {
+        self.at_ms.saturating_add(self.duration_ms)
+    }
+
+    /// Whether it could not be carried out.
+    pub fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+
+    /// What to call it: its schedule name, else (older reports) `what`.
+    pub fn name(&self) -> &str {
+        if self.fault.is_empty() {
+            &self.what
+        } else {
+            &self.fault
+        }
+    }
+
+    /// Whether it came from a fault schedule, with a name or a kind (older
+    /// reports had neither, nor a count of firings).
+    pub fn from_schedule(&self) -> bool {
+        !(self.fault.is_empty() && self.kind.is_empty())
+    }
+
+    /// Its kind, else (older reports) `what`.
+    pub fn kind_or_what(&self) -> &str {
+        if self.kind.is_empty() {
+            &self.what
+        } else {
+            &self.kind
+        }
+    }
+}
+
+/// A threshold a fault schedule relaxed for the run (a kill makes the p99
+/// worse by design, so the schedule may allow more).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Relaxed {
+    /// The verdict whose threshold was relaxed (`booking_p99_ms`, …).
+    pub verdict: String,
+    /// The bound used for this run.
+    pub bound: f64,
+    /// The bound it would have been held to without the schedule.
+    pub default_bound: f64,
+    /// The fault schedule that relaxed it.
+    pub by: String,
 }
 
 /// One sample of the run, about once per second.

@@ -29,6 +29,18 @@ const BOTTOM: f64 = 40.0;
 const LEGEND_ROW: f64 = 18.0;
 /// Rough width of one character of 12 px text, for laying out legends.
 const CHAR_W: f64 = 7.4;
+/// Rough width of one character of the 10 px band labels.
+const SMALL_CHAR_W: f64 = 5.6;
+/// Height of one row of fault labels.
+const FAULT_LANE: f64 = 11.0;
+/// Rows of fault labels below the phase labels; more overlapping labels
+/// share the row that frees up first (each band's `<title>` still names it).
+const FAULT_LANES_MAX: usize = 4;
+/// A fault band narrower than this many pixels also gets a marker line, so
+/// that it stays visible.
+const FAULT_WIDTH_MIN: f64 = 2.0;
+/// The legend swatch of the fault bands.
+const FAULT_SWATCH: &str = "rgba(234,88,12,0.35)";
 
 /// A linear map from a data interval (the domain) onto a pixel interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -223,6 +235,23 @@ pub struct Band {
     pub x1: f64,
 }
 
+/// A fault over a stretch of the x axis, drawn as a translucent band (class
+/// `fault`) in front of the phases and behind the lines; an instantaneous
+/// one (`x1 <= x0`) is a vertical marker line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FaultBand {
+    /// The short label drawn at the top (the fault's name).
+    pub label: String,
+    /// The band's `<title>`: what, where, when, for how long.
+    pub title: String,
+    /// Start, x units.
+    pub x0: f64,
+    /// End, x units (`x0` or less: instantaneous).
+    pub x1: f64,
+    /// The fault could not be carried out (drawn in red, dashed).
+    pub failed: bool,
+}
+
 /// A horizontal reference line (a threshold), drawn if it falls on the axis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
@@ -245,6 +274,8 @@ pub struct LineChart {
     pub series: Vec<LineSeries>,
     /// Shaded stretches behind the lines.
     pub bands: Vec<Band>,
+    /// Faults, drawn over the phase bands and behind the lines.
+    pub faults: Vec<FaultBand>,
     /// Reference lines.
     pub rules: Vec<Rule>,
 }
@@ -345,11 +376,14 @@ impl LineChart {
     /// The chart as one `<svg>` element.
     pub fn to_svg(&self) -> String {
         let mut body = String::new();
-        let entries: Vec<(&str, &str, bool, bool)> = self
+        let mut entries: Vec<(&str, &str, bool, bool)> = self
             .series
             .iter()
             .map(|s| (s.label.as_str(), s.color.as_str(), s.dashed, false))
             .collect();
+        if !self.faults.is_empty() {
+            entries.push(("faults", FAULT_SWATCH, false, true));
+        }
         let top = legend(&mut body, &entries) + 24.0;
         let (x0, x1) = (LEFT, WIDTH - RIGHT);
         let (y0, y1) = (HEIGHT - BOTTOM, top);
@@ -392,7 +426,7 @@ impl LineChart {
                 y0 - y1,
                 escape(&band.label)
             );
-            if band.label.chars().count() as f64 * 5.6 + 6.0 < bx1 - bx0 {
+            if band.label.chars().count() as f64 * SMALL_CHAR_W + 6.0 < bx1 - bx0 {
                 let _ = write!(
                     out,
                     r#"<text x="{:.1}" y="{:.1}" class="phase">{}</text>"#,
@@ -402,6 +436,7 @@ impl LineChart {
                 );
             }
         }
+        fault_bands(&mut out, &self.faults, &xs, (x0, x1), (y0, y1));
         y_grid(&mut out, &y_axis, &ys, x0, x1);
         for (t, label) in x_axis.ticks.iter().zip(x_axis.labels()) {
             let px = xs.map(*t);
@@ -469,6 +504,118 @@ impl LineChart {
         }
         out.push_str("</svg>");
         out
+    }
+}
+
+/// Where a fault lands on the plot: `(px0, px1)`, clamped to `[x0, x1]`;
+/// `px1 == px0` for an instantaneous fault. `None` when it lies wholly
+/// outside the axis or is not finite.
+fn fault_span(f: &FaultBand, xs: &Scale, (x0, x1): (f64, f64)) -> Option<(f64, f64)> {
+    if !(f.x0.is_finite() && f.x1.is_finite()) {
+        return None;
+    }
+    let (lo, hi) = (xs.d0.min(xs.d1), xs.d0.max(xs.d1));
+    let end = f.x1.max(f.x0);
+    if end < lo || f.x0 > hi {
+        return None;
+    }
+    let px0 = xs.map(f.x0).clamp(x0, x1);
+    let px1 = if f.x1 > f.x0 {
+        xs.map(f.x1).clamp(x0, x1)
+    } else {
+        px0
+    };
+    Some((px0, px1))
+}
+
+/// Gives each label, spanning `[start, end)` pixels, the first row free at
+/// its start, up to [`FAULT_LANES_MAX`] rows; with every row taken it shares
+/// the row that frees up first. Labels in input order, rows from 0.
+fn label_lanes(spans: &[(f64, f64)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by(|&a, &b| spans[a].0.total_cmp(&spans[b].0).then(a.cmp(&b)));
+    let mut lane_ends: Vec<f64> = Vec::new();
+    let mut lanes = vec![0; spans.len()];
+    for i in order {
+        let (start, end) = spans[i];
+        let lane = match lane_ends.iter().position(|&e| e <= start) {
+            Some(l) => l,
+            None if lane_ends.len() < FAULT_LANES_MAX => {
+                lane_ends.push(f64::NEG_INFINITY);
+                lane_ends.len() - 1
+            }
+            None => lane_ends
+                .iter()
+                .enumerate()
+                .min_by(|a, b| a.1.total_cmp(b.1))
+                .map_or(0, |(l, _)| l),
+        };
+        lane_ends[lane] = end;
+        lanes[i] = lane;
+    }
+    lanes
+}
+
+/// Draws the faults: a translucent band each (a marker line when
+/// instantaneous), its `<title>` and its label in the first free row below
+/// the phase labels. `(x0, x1)` and `(y0, y1)` bound the plot.
+fn fault_bands(
+    out: &mut String,
+    faults: &[FaultBand],
+    xs: &Scale,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) {
+    let placed: Vec<(&FaultBand, (f64, f64))> = faults
+        .iter()
+        .filter_map(|f| fault_span(f, xs, (x0, x1)).map(|s| (f, s)))
+        .collect();
+    // Each label starts at its band and runs right, or ends at the band's
+    // end when it would run off the plot.
+    let label_spans: Vec<(f64, f64)> = placed
+        .iter()
+        .map(|(f, (px0, px1))| {
+            let w = f.label.chars().count() as f64 * SMALL_CHAR_W + 6.0;
+            if px0 + w <= x1 {
+                (*px0, px0 + w)
+            } else {
+                (px1 - w, *px1)
+            }
+        })
+        .collect();
+    let lanes = label_lanes(&label_spans);
+    for (((f, (px0, px1)), (lx0, lx1)), lane) in placed.iter().zip(&label_spans).zip(lanes) {
+        let class = if f.failed { "fault failed" } else { "fault" };
+        let _ = write!(
+            out,
+            r#"<g class="{class}"><title>{}</title>"#,
+            escape(&f.title)
+        );
+        let width = px1 - px0;
+        if f.x1 > f.x0 {
+            let _ = write!(
+                out,
+                r#"<rect x="{px0:.1}" y="{y1:.1}" width="{width:.1}" height="{:.1}" class="fault-band"/>"#,
+                y0 - y1
+            );
+        }
+        if f.x1 <= f.x0 || width < FAULT_WIDTH_MIN {
+            let _ = write!(
+                out,
+                r#"<line x1="{px0:.1}" y1="{y1:.1}" x2="{px0:.1}" y2="{y0:.1}" class="fault-mark"/>"#
+            );
+        }
+        let ly = y1 + 11.0 + FAULT_LANE * (lane + 1) as f64;
+        let (tx, anchor) = if *lx0 >= *px0 {
+            (lx0 + 3.0, "start")
+        } else {
+            (lx1 - 3.0, "end")
+        };
+        let _ = write!(
+            out,
+            r#"<text x="{tx:.1}" y="{ly:.1}" class="fault-label" text-anchor="{anchor}">{}</text></g>"#,
+            escape(&f.label)
+        );
     }
 }
 
@@ -594,6 +741,7 @@ mod tests {
                 points,
             }],
             bands: vec![],
+            faults: vec![],
             rules: vec![],
         }
     }
@@ -761,5 +909,198 @@ mod tests {
         assert!(svg.contains("upper: paid 0"));
         let empty = BarChart::default().to_svg();
         assert!(empty.contains("no data"));
+    }
+
+    /// Where `v` seconds lands on a plot whose x axis runs 0..100.
+    fn px(v: f64) -> f64 {
+        LEFT + v / 100.0 * (WIDTH - LEFT - RIGHT)
+    }
+
+    /// Each `<g class="fault…">…</g>` of `svg`.
+    fn fault_groups(svg: &str) -> Vec<&str> {
+        svg.match_indices(r#"<g class="fault"#)
+            .map(|(i, _)| {
+                let end = svg[i..].find("</g>").unwrap();
+                &svg[i..i + end + 4]
+            })
+            .collect()
+    }
+
+    /// Attribute `name` of the first `<tag …>` in `s`, as a number.
+    fn attr(s: &str, tag: &str, name: &str) -> Option<f64> {
+        let start = s.find(&format!("<{tag} "))?;
+        let el = &s[start..start + s[start..].find('>')?];
+        let key = format!(" {name}=\"");
+        let v = &el[el.find(&key)? + key.len()..];
+        v[..v.find('"')?].parse().ok()
+    }
+
+    /// The text of the first `<tag …>…</tag>` in `s`.
+    fn text<'a>(s: &'a str, tag: &str) -> &'a str {
+        let start = s.find(&format!("<{tag}")).unwrap();
+        let open = start + s[start..].find('>').unwrap() + 1;
+        &s[open..open + s[open..].find(&format!("</{tag}>")).unwrap()]
+    }
+
+    fn fault(label: &str, x0: f64, x1: f64) -> FaultBand {
+        FaultBand {
+            label: label.into(),
+            title: format!("{label} (kill) on instance-1"),
+            x0,
+            x1,
+            failed: false,
+        }
+    }
+
+    fn near(a: f64, b: f64) -> bool {
+        // Coordinates are written with one decimal.
+        (a - b).abs() <= 0.051
+    }
+
+    #[test]
+    fn faults_are_bands_at_their_times_with_staggered_labels() {
+        let mut c = line(vec![(0.0, 0.0), (100.0, 10.0)]);
+        c.bands = vec![Band {
+            label: "rush".into(),
+            x0: 0.0,
+            x1: 50.0,
+        }];
+        c.faults = vec![
+            fault("kill-instance-1", 10.0, 40.0),
+            fault("redis-pause", 20.0, 60.0),
+            fault("restart", 25.0, 25.0),
+            fault("tail", 90.0, 120.0),
+            fault("after-the-axis", 150.0, 160.0),
+            fault("nan", f64::NAN, 3.0),
+        ];
+        let svg = c.to_svg();
+        crate::xml_check::check(&svg).unwrap();
+        let g = fault_groups(&svg);
+        assert_eq!(
+            g.len(),
+            4,
+            "outside the axis or not finite: not drawn\n{svg}"
+        );
+
+        let (x, w) = (
+            attr(g[0], "rect", "x").unwrap(),
+            attr(g[0], "rect", "width").unwrap(),
+        );
+        assert!(near(x, px(10.0)) && near(x + w, px(40.0)), "{x} {w}");
+        let (x, w) = (
+            attr(g[1], "rect", "x").unwrap(),
+            attr(g[1], "rect", "width").unwrap(),
+        );
+        assert!(near(x, px(20.0)) && near(x + w, px(60.0)), "{x} {w}");
+        // Instantaneous: a marker line, no band.
+        assert!(!g[2].contains("<rect"));
+        assert!(near(attr(g[2], "line", "x1").unwrap(), px(25.0)));
+        assert!(near(attr(g[2], "line", "x2").unwrap(), px(25.0)));
+        // Clamped to the axis' end.
+        let (x, w) = (
+            attr(g[3], "rect", "x").unwrap(),
+            attr(g[3], "rect", "width").unwrap(),
+        );
+        assert!(near(x, px(90.0)) && near(x + w, WIDTH - RIGHT), "{x} {w}");
+
+        // Each has its title and label; the three overlapping labels are on
+        // three rows, below the phase labels.
+        for (g, name) in g
+            .iter()
+            .zip(["kill-instance-1", "redis-pause", "restart", "tail"])
+        {
+            assert_eq!(text(g, "title"), format!("{name} (kill) on instance-1"));
+            assert_eq!(text(g, "text"), name);
+        }
+        let rows: Vec<f64> = g[..3]
+            .iter()
+            .map(|g| attr(g, "text", "y").unwrap())
+            .collect();
+        assert!(
+            rows[0] != rows[1] && rows[1] != rows[2] && rows[0] != rows[2],
+            "{rows:?}"
+        );
+        let phase_y = attr(
+            &svg[svg.find(r#"class="phase""#).unwrap() - 40..],
+            "text",
+            "y",
+        )
+        .unwrap();
+        assert!(rows.iter().all(|&y| y > phase_y), "{rows:?} {phase_y}");
+
+        // In front of the phases, behind the lines; a legend entry.
+        let at = |needle: &str| svg.find(needle).unwrap();
+        assert!(at(r#"class="band""#) < at(r#"<g class="fault"#));
+        assert!(at("</g>") < at("<polyline"));
+        assert!(svg.contains(r#"class="legend">faults</text>"#));
+        assert!(!line(vec![(0.0, 1.0)]).to_svg().contains(">faults<"));
+    }
+
+    #[test]
+    fn a_failed_or_short_fault_stays_visible() {
+        let mut c = line(vec![(0.0, 0.0), (100.0, 10.0)]);
+        let mut f = fault("short", 30.0, 30.1);
+        f.failed = true;
+        c.faults = vec![f];
+        let svg = c.to_svg();
+        let g = fault_groups(&svg);
+        assert!(g[0].starts_with(r#"<g class="fault failed">"#));
+        // A sliver of a band, and a marker so that it is seen.
+        assert!(g[0].contains("<rect") && g[0].contains("<line"));
+    }
+
+    #[test]
+    fn fault_labels_take_the_first_free_row() {
+        assert_eq!(
+            label_lanes(&[(0.0, 10.0), (5.0, 15.0), (12.0, 20.0)]),
+            vec![0, 1, 0]
+        );
+        // Input order does not matter, only where the labels start.
+        assert_eq!(
+            label_lanes(&[(12.0, 20.0), (0.0, 10.0), (5.0, 15.0)]),
+            vec![0, 0, 1]
+        );
+        let crowded = label_lanes(&[(0.0, 100.0); 6]);
+        assert_eq!(&crowded[..FAULT_LANES_MAX], &[0, 1, 2, 3]);
+        assert!(crowded.iter().all(|&l| l < FAULT_LANES_MAX));
+    }
+
+    #[test]
+    fn fault_text_is_escaped() {
+        let mut c = line(vec![(0.0, 0.0), (100.0, 10.0)]);
+        let mut f = fault("<b>&\"'", 10.0, 20.0);
+        f.title = "</title><script>".into();
+        c.faults = vec![f];
+        let svg = c.to_svg();
+        crate::xml_check::check(&svg).unwrap();
+        assert!(!svg.contains("<script") && !svg.contains("<b>"));
+        assert!(svg.contains("&lt;b&gt;&amp;&quot;&#39;"));
+    }
+
+    #[test]
+    fn the_xml_check_tells_well_formed_from_not() {
+        use crate::xml_check::check;
+        assert_eq!(
+            check(r#"<svg a="1"><g><title>x &amp; y</title></g><rect/></svg>"#),
+            Ok(())
+        );
+        for bad in [
+            "<svg><g></svg>",
+            "<svg></g>",
+            r#"<svg a="1" a="2"/>"#,
+            "<svg a=1/>",
+            r#"<svg a="<"/>"#,
+            "<svg>&nbsp;</svg>",
+            "<svg>a & b</svg>",
+            "<svg/><svg/>",
+            "<svg>",
+            "text<svg/>",
+        ] {
+            assert!(check(bad).is_err(), "{bad}");
+        }
+        // Every chart kind, even empty, is well-formed.
+        check(&line(vec![]).to_svg()).unwrap();
+        check(&line(vec![(1.0, 2.0)]).to_svg()).unwrap();
+        check(&BarChart::default().to_svg()).unwrap();
     }
 }

@@ -40,6 +40,7 @@ pub fn comparison_charts(a: &Report, b: &Report) -> Vec<(String, String)> {
                     series(&lb, cb, true, &b.timeline, get),
                 ],
                 bands: vec![],
+                faults: vec![],
                 rules: vec![],
             };
             (title.to_owned(), c.to_svg())

@@ -2,6 +2,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod xml;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -264,6 +266,7 @@ impl ReportBuilder {
                 ),
             ],
             faults: vec![],
+            relaxed: vec![],
             timeline,
             files: vec!["goose-report.html".into(), "goose-report.json".into()],
         };
@@ -293,6 +296,7 @@ impl ReportBuilder {
             what: what.into(),
             target: target.into(),
             effect: effect.into(),
+            ..Fault::default()
         });
         self
     }
