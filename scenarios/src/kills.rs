@@ -521,6 +521,7 @@ pub fn faults(
                 what: format!("kill -9 ({})", r.spec),
                 target: format!("instance-{}", r.spec.instance),
                 effect,
+                ..Default::default()
             }
         })
         .collect()

@@ -550,6 +550,7 @@ pub async fn run_with(
         },
         invariants,
         faults: kills::faults(&kill_records, &connection_errors, t0),
+        relaxed: Vec::new(),
         timeline: sampled.timeline,
         files: result
             .goose_files
