@@ -5,7 +5,8 @@
 //! longest sweep: [`ReconcilerConfig::lock_ttl`]). Every sweep:
 //!
 //! 1. undoes stale pending admissions (requests that died before their hold
-//!    was enqueued), by request token;
+//!    was enqueued), by request token (the bug zoo's
+//!    `no_stale_pending_cleanup` skips this step);
 //! 2. re-creates the HELD record of every ledger hold whose deadline passed
 //!    more than `booking_copy_slack` ago and that has no record at all (its
 //!    admission message was dead-lettered, so no worker will ever write it):
@@ -428,38 +429,12 @@ impl Reconciler {
         let settings = &self.config.settings;
         let sale = &self.config.sale;
 
-        // (1) stale pending admissions
-        let stale_before = now_ms.saturating_sub(settings.pending_stale_after.as_millis() as u64);
-        match self
-            .ports
-            .ledger
-            .stale_pending(sale, stale_before, self.config.pending_limit)
-            .await
-        {
-            Ok(stale) => {
-                for (candidate, hold) in stale {
-                    match self
-                        .ports
-                        .ledger
-                        .undo_admission(sale, &candidate, &hold.token)
-                        .await
-                    {
-                        Ok(Step::Done) => {
-                            tracing::info!(candidate = %candidate, token = %hold.token, "stale pending admission undone");
-                            report.pending_undone += 1;
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(error = %e, "stale pending undo failed");
-                            report.errors += 1;
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "stale pending scan failed");
-                report.errors += 1;
-            }
+        // (1) stale pending admissions (the zoo's `no_stale_pending_cleanup`
+        // skips them: their seats stay counted forever)
+        if settings.bugs.on(Bug::NoStalePendingCleanup) {
+            tracing::debug!("bug no_stale_pending_cleanup: stale pending admissions left counted");
+        } else {
+            self.undo_stale_pending(now_ms, &mut report).await;
         }
 
         // (2) held holds with no record at all
@@ -526,6 +501,46 @@ impl Reconciler {
         self.add_totals(&report);
         tracing::debug!(?report, "sweep done");
         report
+    }
+
+    /// Step 1: undoes every stale pending admission (admitted more than
+    /// `pending_stale_after` ago, no payment attached: its request died
+    /// before its hold was enqueued), by request token.
+    async fn undo_stale_pending(&self, now_ms: u64, report: &mut SweepReport) {
+        let settings = &self.config.settings;
+        let sale = &self.config.sale;
+        let stale_before = now_ms.saturating_sub(settings.pending_stale_after.as_millis() as u64);
+        match self
+            .ports
+            .ledger
+            .stale_pending(sale, stale_before, self.config.pending_limit)
+            .await
+        {
+            Ok(stale) => {
+                for (candidate, hold) in stale {
+                    match self
+                        .ports
+                        .ledger
+                        .undo_admission(sale, &candidate, &hold.token)
+                        .await
+                    {
+                        Ok(Step::Done) => {
+                            tracing::info!(candidate = %candidate, token = %hold.token, "stale pending admission undone");
+                            report.pending_undone += 1;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "stale pending undo failed");
+                            report.errors += 1;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "stale pending scan failed");
+                report.errors += 1;
+            }
+        }
     }
 
     /// Step 2b: the email sweep ([`confirm::send_owed_emails`]) over the

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use booking::records::{RecordStatus, RecordStore};
-use booking::{GatewayPaymentState, Ledger, RequestToken};
+use booking::{Admission, Bug, Bugs, GatewayPaymentState, Ledger, RequestToken, Settings};
+use booking_service::reconciler::SweepReport;
 use common::{Script, Stack, cand, pay};
 
 fn minutes(m: u64) -> Duration {
@@ -233,6 +234,73 @@ async fn stale_pending_admissions_are_undone() {
     assert_eq!(report.pending_undone, 1);
     assert_eq!(s.count().await, 1);
     assert!(s.ledger.hold(&s.sale, &cand("x")).await.unwrap().is_none());
+}
+
+/// A one-seat sale whose seat was admitted to "x" by an instance that died
+/// before its booking was queued (counted, no payment, no record), swept by
+/// a reconciler with `bugs` every sweep interval until well past the stale
+/// bound. Returns the sweeps' reports, the count after them and whether "y"
+/// could then take the seat.
+async fn dead_admission_swept_with(bugs: Bugs) -> (Vec<SweepReport>, u32, Admission) {
+    let s = Stack::new(1, &["x", "y"]).await;
+    let dead = RequestToken::parse("dead").unwrap();
+    let admitted = s
+        .ledger
+        .admit(&s.sale, &cand("x"), &s.level, &dead, s.now())
+        .await
+        .unwrap();
+    assert_eq!(admitted, Admission::Admitted { count: 1 });
+    let r = s.reconciler_with(
+        "a",
+        Settings {
+            bugs,
+            ..s.settings.clone()
+        },
+    );
+    let mut reports = Vec::new();
+    // a whole hold's worth of sweeps: far past `pending_stale_after`
+    let sweeps = s.settings.hold.as_secs() / s.settings.sweep_interval.as_secs();
+    for _ in 0..sweeps {
+        s.clock.advance(s.settings.sweep_interval);
+        reports.push(r.tick().await);
+    }
+    assert_eq!(
+        r.stats().pending_undone,
+        reports.iter().map(|r| r.pending_undone).sum::<u64>()
+    );
+    let count = s.count().await;
+    let y = RequestToken::parse("alive").unwrap();
+    let again = s
+        .ledger
+        .admit(&s.sale, &cand("y"), &s.level, &y, s.now())
+        .await
+        .unwrap();
+    (reports, count, again)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_admission_past_the_stale_bound_gives_its_seat_back() {
+    let (reports, count, again) = dead_admission_swept_with(Bugs::none()).await;
+    let undone: Vec<u64> = reports.iter().map(|r| r.pending_undone).collect();
+    assert_eq!(undone.iter().sum::<u64>(), 1, "undone once: {undone:?}");
+    assert!(reports.iter().all(|r| r.errors == 0), "{reports:?}");
+    assert_eq!(count, 0, "the dead admission's seat is free again");
+    assert_eq!(again, Admission::Admitted { count: 1 });
+}
+
+/// The zoo's `no_stale_pending_cleanup`: the sweep never undoes the dead
+/// admission, so its seat stays counted and the sale stays full.
+#[tokio::test(start_paused = true)]
+async fn with_no_stale_pending_cleanup_a_dead_admission_stays_counted() {
+    let (reports, count, again) =
+        dead_admission_swept_with(Bugs::of([Bug::NoStalePendingCleanup])).await;
+    assert!(reports.len() > 10, "{}", reports.len());
+    assert!(
+        reports.iter().all(|r| r.leader && r.pending_undone == 0),
+        "{reports:?}"
+    );
+    assert_eq!(count, 1, "the dead admission keeps its seat");
+    assert_eq!(again, Admission::LevelFull);
 }
 
 #[tokio::test(start_paused = true)]

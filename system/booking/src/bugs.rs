@@ -20,6 +20,8 @@
 //! | `token_grant_per_instance` | every instance grants its own gateway token |
 //! | `execute_after_deadline` | the callback executes even after the hold deadline |
 //! | `email_before_paid` | the confirmation email goes out before the HELD→PAID update |
+//! | `no_stale_pending_cleanup` | the reconciler never undoes a stale pending admission, so a seat whose instance died between the admit and the queued booking stays counted forever |
+//! | `ignore_lost_redis_connection` | the Redis pool keeps handing out a connection whose command failed (I/O error, dropped link), so an instance never reconnects after Redis restarts |
 
 use std::collections::BTreeSet;
 
@@ -60,11 +62,19 @@ pub enum Bug {
     ExecuteAfterDeadline,
     /// The email goes out before the PAID update.
     EmailBeforePaid,
+    /// The reconciler's stale-pending sweep is off: an admission whose
+    /// instance died before its booking was queued (counted, no payment, no
+    /// record) keeps its seat forever.
+    NoStalePendingCleanup,
+    /// The Redis pool reuses a connection whose command failed with an I/O
+    /// error or a dropped link instead of replacing it: after a Redis restart
+    /// or a reset link the instance keeps failing on dead connections.
+    IgnoreLostRedisConnection,
 }
 
 impl Bug {
     /// Every bug, in the table's order.
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 14] = [
         Bug::SmallRedisPool,
         Bug::RebookCountedAsDuplicate,
         Bug::UnguardedUndo,
@@ -77,6 +87,8 @@ impl Bug {
         Bug::TokenGrantPerInstance,
         Bug::ExecuteAfterDeadline,
         Bug::EmailBeforePaid,
+        Bug::NoStalePendingCleanup,
+        Bug::IgnoreLostRedisConnection,
     ];
 
     /// Its switch's name (`snake_case`, as in configuration files).
@@ -94,6 +106,8 @@ impl Bug {
             Bug::TokenGrantPerInstance => "token_grant_per_instance",
             Bug::ExecuteAfterDeadline => "execute_after_deadline",
             Bug::EmailBeforePaid => "email_before_paid",
+            Bug::NoStalePendingCleanup => "no_stale_pending_cleanup",
+            Bug::IgnoreLostRedisConnection => "ignore_lost_redis_connection",
         }
     }
 
@@ -169,5 +183,25 @@ mod tests {
         assert!(!b.on(Bug::EmailBeforePaid));
         assert_eq!(b, Bugs::of([Bug::UnguardedUndo, Bug::PaidKeepsTtl]));
         assert!(serde_json::from_str::<Bugs>(r#"["made_up"]"#).is_err());
+    }
+
+    #[test]
+    fn the_process_fleet_switches_have_their_names() {
+        // the process-fleet rehearsal rows name them so
+        let b: Bugs =
+            serde_json::from_str(r#"["no_stale_pending_cleanup", "ignore_lost_redis_connection"]"#)
+                .unwrap();
+        assert_eq!(
+            b,
+            Bugs::of([Bug::NoStalePendingCleanup, Bug::IgnoreLostRedisConnection])
+        );
+        assert_eq!(
+            Bug::parse("ignore_lost_redis_connection"),
+            Some(Bug::IgnoreLostRedisConnection)
+        );
+        assert_eq!(
+            Bug::parse("no_stale_pending_cleanup"),
+            Some(Bug::NoStalePendingCleanup)
+        );
     }
 }
