@@ -11,6 +11,9 @@
 //!
 //! With `admin_token` configured every route needs `Authorization: Bearer
 //! <token>` (401 otherwise). A failed step answers 503 with `{"error": …}`.
+//!
+//! With `[faults]`, `/ops/faults` and `/ops/faults/start` too, under the same
+//! token ([`crate::faults_routes`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +46,8 @@ pub fn routes(server: Arc<Server>) -> Router {
         .with_state(server)
 }
 
-fn error(status: StatusCode, why: impl std::fmt::Display) -> Response {
+/// A JSON `{"error": why}` answer.
+pub(crate) fn error(status: StatusCode, why: impl std::fmt::Display) -> Response {
     (status, Json(json!({ "error": why.to_string() }))).into_response()
 }
 
@@ -55,7 +59,7 @@ fn answer<T: Serialize>(r: Result<T, ops::OpsError>) -> Response {
 }
 
 /// `None` if the request may go on, else the refusal.
-fn refused(server: &Server, headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn refused(server: &Server, headers: &HeaderMap) -> Option<Response> {
     let Some(token) = &server.config.admin_token else {
         return None;
     };

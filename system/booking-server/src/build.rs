@@ -19,14 +19,19 @@
 //!
 //! The gateway is always the bKash client, with its fleet-shared token in
 //! coordination.
+//!
+//! With `[faults]` (rehearsals), every port of the stack, the gateway and
+//! the clock included, is wrapped with the instance's fault injector
+//! ([`crate::armed`]); the status writer and the gateway client's token
+//! cache get the wrapped ports too. Without it nothing is wrapped.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use booking::records::{BookingRecord, RecordError};
 use booking::{
-    Alerts, ChangeStream, Clock, Coordination, Ledger, Level, Mailer, OutputLog, Queue,
-    RecordStore, StatusSink, StatusWriter, SystemClock,
+    Alerts, ChangeStream, Clock, Coordination, Ledger, Level, Mailer, OutputLog, PaymentGateway,
+    Queue, RecordStore, StatusSink, StatusWriter, SystemClock,
 };
 use booking_api::Stack;
 use booking_bkash::{BkashConfig, BkashGateway, Credentials};
@@ -40,7 +45,9 @@ use booking_redis::{KeyPrefix, RedisCoordination, RedisLedger};
 use booking_redis_outputs::RedisOutputs;
 use booking_redis_queue::RedisQueue;
 use booking_redis_records::{RedisRecords, RedisRecordsConfig};
+use faults::{Injector, Killer};
 
+use crate::armed::{self, Ports};
 use crate::config::{ConfigError, Environment, PersistenceCheck, ServerConfig, StackKind};
 
 /// Connections of each Redis adapter beside the ledger (records, queue,
@@ -315,6 +322,14 @@ pub struct Server {
     pub status: Arc<StatusWriter>,
     /// The gateway client of this instance (its token calls for `/metrics`).
     pub bkash: Arc<BkashGateway>,
+    /// The fault injector every port of `stack` goes through (with
+    /// `[faults]` only): started by `POST /ops/faults/start`, read by
+    /// `GET /ops/faults` and `/metrics`.
+    pub faults: Option<Arc<Injector>>,
+    /// The same stack without the fault wrappers (with `[faults]` only):
+    /// what another instance of the fleet shares ([`build_sharing`]), to
+    /// wrap with an injector of its own.
+    pub bare: Option<Arc<Stack>>,
 }
 
 impl Server {
@@ -328,6 +343,12 @@ impl Server {
     /// from the same moment.
     pub fn reset_key(&self) -> String {
         booking::coordination::keys::reset_at(&self.stack.prefix, &self.stack.sale)
+    }
+
+    /// The stack's ports without the fault wrappers (the stack itself when
+    /// the instance is not armed).
+    pub fn bare_stack(&self) -> &Stack {
+        self.bare.as_deref().unwrap_or(&self.stack)
     }
 
     /// When the sale was last reset, ms (0: never).
@@ -345,7 +366,18 @@ pub fn instance_id(prefix: &str) -> String {
 /// Builds the stack `config` describes, serving under `public_url`. Connects
 /// to Redis when asked (the gateway is contacted lazily, on the first call).
 pub async fn build(config: &ServerConfig, public_url: &str) -> Result<Server, BuildError> {
-    build_with(config, public_url, None).await
+    build_with(config, public_url, None, None).await
+}
+
+/// [`build`] for `booking serve`: with `[faults]`, `killer` runs at the
+/// schedule's armed kill points ([`crate::kill::sigkill_self`] takes the
+/// process down there). Without `[faults]` it is not used.
+pub async fn build_with_killer(
+    config: &ServerConfig,
+    public_url: &str,
+    killer: Killer,
+) -> Result<Server, BuildError> {
+    build_with(config, public_url, None, Some(killer)).await
 }
 
 /// Builds another instance of `first`'s fleet, serving under `public_url`.
@@ -360,7 +392,7 @@ pub async fn build_sharing(
     public_url: &str,
     first: &Server,
 ) -> Result<Server, BuildError> {
-    build_with(config, public_url, Some(first)).await
+    build_with(config, public_url, Some(first), None).await
 }
 
 /// The ports that differ per stack.
@@ -492,13 +524,15 @@ async fn aws_parts(
     // process's outputs
     if let Some(f) = first {
         if let Some(outputs) = f.local_outputs.clone() {
+            // its ports as they are under its fault wrappers, if any
+            let s = f.bare_stack();
             return Ok(Parts {
-                records: f.stack.records.clone(),
-                stream: f.stack.stream.clone(),
-                queue: f.stack.queue.clone(),
-                mailer: f.stack.mailer.clone(),
-                alerts: f.stack.alerts.clone(),
-                status_sink: f.stack.status_sink.clone(),
+                records: s.records.clone(),
+                stream: s.stream.clone(),
+                queue: s.queue.clone(),
+                mailer: s.mailer.clone(),
+                alerts: s.alerts.clone(),
+                status_sink: s.status_sink.clone(),
                 outputs: Arc::new(outputs.clone()),
                 local_outputs: Some(outputs),
                 ttl: None,
@@ -532,13 +566,17 @@ async fn build_with(
     config: &ServerConfig,
     public_url: &str,
     first: Option<&Server>,
+    killer: Option<Killer>,
 ) -> Result<Server, BuildError> {
     config.validate()?;
     let settings = config.effective_settings();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (ledger, coordination): (Arc<dyn Ledger>, Arc<dyn Coordination>) = match config.stack.kind {
         StackKind::Embedded => match first {
-            Some(f) => (f.stack.ledger.clone(), f.stack.coordination.clone()),
+            Some(f) => (
+                f.bare_stack().ledger.clone(),
+                f.bare_stack().coordination.clone(),
+            ),
             None => (
                 Arc::new(EmbeddedLedger::with_bugs(&settings.bugs)),
                 Arc::new(EmbeddedCoordination::new(clock.clone())),
@@ -575,6 +613,24 @@ async fn build_with(
         }
         StackKind::Aws => aws_parts(config, &clock, first).await?,
     };
+    let bare = Ports {
+        ledger,
+        records: parts.records,
+        stream: parts.stream,
+        queue: parts.queue,
+        coordination,
+        mailer: parts.mailer,
+        alerts: parts.alerts,
+        status_sink: parts.status_sink,
+        clock,
+    };
+    // armed: the instance's ports (and its clock) behind the injector
+    let armed = config.faults.as_ref().map(|f| {
+        let injector = armed::injector(f, killer);
+        let ports = armed::wrap(&bare, &injector, &f.instance);
+        (injector, ports, f.instance.as_str())
+    });
+    let ports = armed.as_ref().map_or(&bare, |(_, p, _)| p);
     let g = &config.gateway;
     let gateway = BkashGateway::connect(
         BkashConfig::new(
@@ -586,12 +642,12 @@ async fn build_with(
                 app_secret: g.app_secret.clone(),
             },
         ),
-        coordination.clone(),
-        clock.clone(),
+        ports.coordination.clone(),
+        ports.clock.clone(),
         &settings,
         &config.key_prefix,
     )?;
-    let gateway = Arc::new(gateway);
+    let bkash = Arc::new(gateway);
     let webhook_trust = config.webhook.trust()?;
     if config.webhook.topic_arns.is_none() {
         tracing::warn!(
@@ -603,34 +659,43 @@ async fn build_with(
         .iter()
         .map(|l| (l.level.clone(), l.price.clone()))
         .collect();
-    let stack = Arc::new(Stack {
+    let stack_of = |ports: &Ports, gateway: Arc<dyn PaymentGateway>| Stack {
         sale: config.sale.clone(),
         prefix: config.key_prefix.clone(),
         settings: settings.clone(),
-        prices,
+        prices: prices.clone(),
         public_url: public_url.trim_end_matches('/').to_owned(),
-        ledger: ledger.clone(),
-        records: parts.records,
-        stream: parts.stream,
-        queue: parts.queue,
-        coordination: coordination.clone(),
-        gateway: gateway.clone(),
-        mailer: parts.mailer,
-        alerts: parts.alerts,
-        status_sink: parts.status_sink.clone(),
-        clock: clock.clone(),
+        ledger: ports.ledger.clone(),
+        records: ports.records.clone(),
+        stream: ports.stream.clone(),
+        queue: ports.queue.clone(),
+        coordination: ports.coordination.clone(),
+        gateway,
+        mailer: ports.mailer.clone(),
+        alerts: ports.alerts.clone(),
+        status_sink: ports.status_sink.clone(),
+        clock: ports.clock.clone(),
         entropy: Arc::new(booking::OsEntropy),
-        webhook_trust,
-    });
+        webhook_trust: webhook_trust.clone(),
+    };
+    let (stack, injector, bare_stack) = match &armed {
+        None => (stack_of(&bare, bkash.clone()), None, None),
+        Some((injector, wrapped, instance)) => (
+            stack_of(wrapped, armed::gateway(bkash.clone(), injector, instance)),
+            Some(injector.clone()),
+            Some(Arc::new(stack_of(&bare, bkash.clone()))),
+        ),
+    };
+    let stack = Arc::new(stack);
     let instance = instance_id("booking");
     let status = Arc::new(
         StatusWriter::new(
             config.sale.clone(),
             &config.key_prefix,
-            ledger,
-            coordination,
-            parts.status_sink,
-            clock,
+            ports.ledger.clone(),
+            ports.coordination.clone(),
+            ports.status_sink.clone(),
+            ports.clock.clone(),
         )
         .with_throttle(settings.status_throttle)
         .with_writer_id(&instance)
@@ -645,6 +710,8 @@ async fn build_with(
         config: config.clone(),
         instance,
         status,
-        bkash: gateway,
+        bkash,
+        faults: injector,
+        bare: bare_stack,
     })
 }

@@ -35,7 +35,30 @@
 //! aws_cert_urls = true        # the real SNS pattern
 //! loopback_sns_port = 9090    # also trust the mock's certificate on loopback
 //! topic_arns = ["arn:aws:sns:ap-southeast-1:000000000000:bkash-ipn"]
+//!
+//! [faults]                    # rehearsals only (environment = "rehearsal")
+//! instance = "instance-1"     # this instance's label: the schedule's `instances` name it
+//! seed = 7                    # the run's seed (the label is mixed in: instances toss their own coins)
+//! [[faults.schedule.fault]]   # a `faults::Schedule`, inline
+//! name = "ledger-down"
+//! target = "ledger"
+//! ops = ["admit"]
+//! instances = ["instance-1"]
+//! start_ms = 0                # from `POST /ops/faults/start`
+//! duration_ms = 60_000
+//! kind = { type = "error" }
 //! ```
+//!
+//! `[faults]` ([`FaultsConfig`]) arms this instance with a fault schedule:
+//! every port of its stack is wrapped (`faults::wrappers`) and the faults
+//! stay dormant until `POST /ops/faults/start` says when the run started
+//! (see [`crate::faults_routes`]). The server carries out the port faults
+//! (`Scope::Port`: ledger, records, stream, queue, coordination, gateway,
+//! mailer, alerts, status sink, clock) and the kill points (`target =
+//! "instance"`, `kind = { type = "kill", point = ".." }`: `booking serve`
+//! SIGKILLs itself there). Every other fault of the schedule (a kill
+//! without a point, pause, restart, `redis_server`, the links, the gateway's
+//! rules) is the fleet's fault conductor's, and the server ignores it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -321,6 +344,41 @@ pub struct ServerConfig {
     /// Production (the default) refuses the bug zoo's switches
     /// (`settings.bugs`); only a rehearsal may switch a bug back on.
     pub environment: Environment,
+    /// A fault schedule to arm this instance with (rehearsals only); none:
+    /// the ports are not wrapped at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultsConfig>,
+}
+
+/// `[faults]`: the fault schedule a rehearsal arms one instance with (see
+/// the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsConfig {
+    /// This instance's label, as the schedule's `instances` lists name it
+    /// (e.g. `instance-1`).
+    pub instance: String,
+    /// The run's seed; the label is mixed in ([`FaultsConfig::seed_for_instance`]),
+    /// so each instance tosses its own coins, the same ones on every run.
+    pub seed: u64,
+    /// The faults, inline (`[[faults.schedule.fault]]`); times count from
+    /// `POST /ops/faults/start`.
+    #[serde(default)]
+    pub schedule: faults::Schedule,
+}
+
+impl FaultsConfig {
+    /// The seed of this instance's coins: the run's seed mixed with the
+    /// label's FNV-1a hash (stable across builds and platforms, unlike
+    /// `std`'s hasher).
+    pub fn seed_for_instance(&self) -> u64 {
+        const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+        let label = self.instance.bytes().fold(FNV_OFFSET, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
+        });
+        self.seed ^ label
+    }
 }
 
 /// Where an instance runs.
@@ -355,6 +413,7 @@ impl Default for ServerConfig {
             key_prefix: KEY_PREFIX_DEFAULT.to_owned(),
             admin_token: None,
             environment: Environment::Production,
+            faults: None,
         }
     }
 }
@@ -426,6 +485,25 @@ impl ServerConfig {
                 "bug switches are refused in production: {} (set environment = \"rehearsal\")",
                 on.join(", ")
             ));
+        }
+        if let Some(f) = &self.faults {
+            if self.environment == Environment::Production {
+                return bad(
+                    "fault hooks are for rehearsals: set environment = \"rehearsal\" (or remove \
+                     [faults])"
+                        .into(),
+                );
+            }
+            if f.instance.trim().is_empty() {
+                return bad(
+                    "faults.instance is empty: label this instance as the schedule's \
+                     `instances` name it"
+                        .into(),
+                );
+            }
+            f.schedule
+                .validate()
+                .map_err(|e| ConfigError::Invalid(format!("faults.schedule: {e}")))?;
         }
         if self.levels.is_empty() {
             return bad("at least one level is needed".into());
@@ -758,6 +836,96 @@ mod tests {
         );
         assert!(ServerConfig::from_toml("[settings]\nbugs = [\"made_up\"]").is_err());
         ServerConfig::default().validate().unwrap();
+    }
+
+    const ARMED: &str = r#"
+        environment = "rehearsal"
+        [faults]
+        instance = "instance-1"
+        seed = 7
+        [[faults.schedule.fault]]
+        name = "ledger-down"
+        target = "ledger"
+        ops = ["admit"]
+        instances = ["instance-1"]
+        start_ms = 0
+        duration_ms = 60_000
+        kind = { type = "error" }
+        [[faults.schedule.fault]]
+        name = "die-after-enqueue"
+        target = "instance"
+        instances = ["instance-1"]
+        start_ms = 0
+        duration_ms = 60_000
+        kind = { type = "kill", point = "after_enqueue" }
+    "#;
+
+    #[test]
+    fn a_faults_section_is_read_checked_and_round_trips() {
+        let c = ServerConfig::from_toml(ARMED).unwrap();
+        c.validate().unwrap();
+        let f = c.faults.as_ref().unwrap();
+        assert_eq!(f.instance, "instance-1");
+        assert_eq!(f.seed, 7);
+        assert_eq!(f.schedule.faults.len(), 2);
+        assert_eq!(
+            f.schedule.faults[1].kind,
+            faults::FaultKind::Kill {
+                point: Some(faults::KillPoint::AfterEnqueue)
+            }
+        );
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(ServerConfig::from_toml(&text).unwrap(), c, "{text}");
+
+        // production refuses the hooks, naming the way out
+        let mut production = c.clone();
+        production.environment = Environment::Production;
+        let err = production.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("fault hooks are for rehearsals")
+                && err.contains("environment = \"rehearsal\""),
+            "{err}"
+        );
+        let mut unlabelled = c.clone();
+        unlabelled.faults.as_mut().unwrap().instance = "  ".into();
+        let err = unlabelled.validate().unwrap_err().to_string();
+        assert!(err.contains("faults.instance"), "{err}");
+        let mut broken = c.clone();
+        broken.faults.as_mut().unwrap().schedule.faults[0].duration_ms = 0;
+        let err = broken.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("faults.schedule") && err.contains("ledger-down"),
+            "{err}"
+        );
+        assert!(
+            ServerConfig::from_toml("[faults]\ninstance = \"a\"\nseed = 1\nmade_up = 2").is_err()
+        );
+    }
+
+    #[test]
+    fn without_faults_nothing_changes_in_the_file() {
+        let c = ServerConfig::default();
+        assert_eq!(c.faults, None);
+        let text = toml::to_string(&c).unwrap();
+        assert!(!text.contains("faults"), "{text}");
+        assert_eq!(ServerConfig::from_toml(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn each_instance_tosses_its_own_coins_the_same_on_every_run() {
+        let of = |instance: &str, seed| {
+            FaultsConfig {
+                instance: instance.into(),
+                seed,
+                schedule: faults::Schedule::default(),
+            }
+            .seed_for_instance()
+        };
+        assert_eq!(of("instance-1", 7), of("instance-1", 7));
+        assert_ne!(of("instance-1", 7), of("instance-2", 7));
+        assert_ne!(of("instance-1", 7), of("instance-1", 8));
+        // pinned: FNV-1a, not std's hasher, whose output may change
+        assert_eq!(of("", 0), 0xcbf2_9ce4_8422_2325);
     }
 
     #[test]

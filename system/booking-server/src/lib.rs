@@ -7,6 +7,9 @@
 //!   and the TTL service ([`Server`]); and [`provision`], which makes the
 //!   AWS resources or checks the Redis server's persistence, and migrates
 //!   the back office.
+//! - [`armed`]: with `[faults]` (rehearsals), the injector and every port of
+//!   the stack behind its fault wrapper; [`kill`]: what `booking serve` does
+//!   at an armed kill point (SIGKILL to itself).
 //! - [`run`]: [`serve`]: the API, the `/ops/` routes and the background loops
 //!   (worker, reconciler, expiry handler, TTL sweep, status refresh) on one
 //!   listener, until shutdown.
@@ -14,18 +17,25 @@
 //! - [`audit_snapshot`]: the audit's I/O half, the sale read from the ports
 //!   as a `booking_audit::SaleSnapshot` (the invariants are in
 //!   `booking-audit`).
-//! - [`admin`]: the `/ops/` HTTP routes over [`ops`].
+//! - [`admin`]: the `/ops/` HTTP routes over [`ops`]; [`faults_routes`]:
+//!   `/ops/faults` and `/ops/faults/start`, and the fired faults' counter on
+//!   `/metrics` (with `[faults]` only).
 //! - [`cli`]: the `booking` binary's subcommands.
 
 pub mod admin;
+pub mod armed;
 pub mod audit_snapshot;
 pub mod build;
 pub mod cli;
 pub mod config;
+pub mod faults_routes;
+pub mod kill;
 pub mod ops;
 pub mod run;
 
-pub use build::{BuildError, Embedded, Provisioned, Server, build, build_sharing, provision};
-pub use config::{ServeArgs, ServerConfig, StackKind};
+pub use build::{
+    BuildError, Embedded, Provisioned, Server, build, build_sharing, build_with_killer, provision,
+};
+pub use config::{FaultsConfig, ServeArgs, ServerConfig, StackKind};
 pub use ops::{AuditReport, Verdict};
 pub use run::serve;

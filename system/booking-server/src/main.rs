@@ -44,9 +44,14 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let public_url = config.public_url_or(listener.local_addr()?);
-    let server = booking_server::build(&config, &public_url)
-        .await
-        .context("building the stack")?;
+    // a kill point of `[faults]` takes this process down (SIGKILL)
+    let server = booking_server::build_with_killer(
+        &config,
+        &public_url,
+        booking_server::kill::sigkill_self(),
+    )
+    .await
+    .context("building the stack")?;
     booking_server::serve(Arc::new(server), listener, async {
         let _ = tokio::signal::ctrl_c().await;
     })

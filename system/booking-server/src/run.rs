@@ -25,6 +25,11 @@
 //!   throttles, alerts, token calls) go into the API's `/metrics`
 //!   ([`booking_api::metrics::ApiMetrics::sync_services`]).
 //!
+//! With `[faults]` the listener also serves `/ops/faults` and
+//! `/ops/faults/start`, and `/metrics` counts the fired faults
+//! ([`crate::faults_routes`]); every loop above uses the stack's wrapped
+//! ports ([`crate::armed`]).
+//!
 //! Everything stops when `shutdown` completes: the server stops accepting
 //! and finishes its requests, each loop finishes what it is doing (bounded),
 //! and `serve` returns after all have ended, or after [`SHUTDOWN_GRACE`].
@@ -37,6 +42,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use booking::ChangeStream;
 use booking_api::bookings::ApiState;
 use booking_api::metrics::ServiceFigures;
 use booking_service::expiry::ExpiryHandler;
@@ -76,7 +82,10 @@ pub async fn serve(
     let api = Arc::new(ApiState::new());
     let mut loops = spawn_loops(&server, &api, stop_rx);
     let app = booking_api::router_with(server.stack.clone(), api)
-        .merge(crate::admin::routes(server.clone()));
+        .merge(crate::admin::routes(server.clone()))
+        .merge(crate::faults_routes::routes(server.clone()));
+    // armed: the fired faults' counter on /metrics (nothing added otherwise)
+    let app = crate::faults_routes::with_metrics(app, &server);
     let addr = listener.local_addr()?;
     tracing::info!(%addr, sale = %server.stack.sale, instance = %server.instance, "booking server listening");
     let stop = stop_tx.clone();
@@ -315,15 +324,25 @@ async fn stream_mappings(
     let mut running = JoinSet::new();
     for handler in handlers {
         let name = handler.name();
-        let stream = match adapters.stream().await {
-            Ok(s) => s,
+        let stream: Arc<dyn ChangeStream> = match adapters.stream().await {
+            Ok(s) => Arc::new(s),
             Err(e) => {
                 tracing::error!(handler = name, error = %e, "no stream reader");
                 continue;
             }
         };
+        // armed: this reader goes through the stream faults too
+        let stream = match (&server.faults, &config.faults) {
+            (Some(injector), Some(f)) => crate::armed::stream(
+                server.bare_stack().records.clone(),
+                stream,
+                injector,
+                &f.instance,
+            ),
+            _ => stream,
+        };
         match EventSourceMapping::new(
-            Arc::new(stream),
+            stream,
             handler,
             adapters.failures.clone(),
             clock.clone(),
