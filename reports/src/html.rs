@@ -77,10 +77,10 @@ svg .band{fill:#f8fafc}svg .band.alt{fill:#eef2f7}
 svg .phase{font-size:10px;fill:#94a3b8}
 svg .fault-band{fill:rgba(234,88,12,.13);stroke:rgba(234,88,12,.45);stroke-width:1}
 svg .fault-mark{stroke:#ea580c;stroke-width:1.5}
-svg .fault-label{font-size:10px;fill:#c2410c}
+svg .fault-label{font-size:10px;fill:#c2410c;stroke:#fff;stroke-width:3px;stroke-linejoin:round;paint-order:stroke}
 svg .fault.failed .fault-band{fill:rgba(220,38,38,.08);stroke:#dc2626;stroke-dasharray:3 2}
 svg .fault.failed .fault-mark{stroke:#dc2626;stroke-dasharray:3 2}
-svg .fault.failed .fault-label{fill:#b91c1c}
+svg .fault-label.failed{fill:#b91c1c}
 svg .rule{stroke:#dc2626;stroke-width:1.2;stroke-dasharray:4 3}
 svg .rule-label{font-size:10.5px;fill:#dc2626}
 svg .frame{fill:#fafafa;stroke:var(--line)}
@@ -92,6 +92,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:now
 tr.failed td{background:#fef2f2}
 td.error{color:var(--bad);font-weight:600;overflow-wrap:anywhere}
 .relaxed{color:#b45309;font-size:12px;white-space:nowrap}
+h3.relaxed-head{margin-top:16px}
 .reactions{white-space:nowrap}
 .pass{color:var(--ok);font-weight:700;white-space:nowrap}.fail{color:var(--bad);font-weight:700;white-space:nowrap}
 .detail{color:#4b5563;font-size:12.5px;max-width:520px;overflow-wrap:anywhere}

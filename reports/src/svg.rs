@@ -436,7 +436,7 @@ impl LineChart {
                 );
             }
         }
-        fault_bands(&mut out, &self.faults, &xs, (x0, x1), (y0, y1));
+        let fault_labels = fault_bands(&mut out, &self.faults, &xs, (x0, x1), (y0, y1));
         y_grid(&mut out, &y_axis, &ys, x0, x1);
         for (t, label) in x_axis.ticks.iter().zip(x_axis.labels()) {
             let px = xs.map(*t);
@@ -502,6 +502,7 @@ impl LineChart {
                 escape(&s.label)
             );
         }
+        out.push_str(&fault_labels);
         out.push_str("</svg>");
         out
     }
@@ -557,15 +558,17 @@ fn label_lanes(spans: &[(f64, f64)]) -> Vec<usize> {
 }
 
 /// Draws the faults: a translucent band each (a marker line when
-/// instantaneous), its `<title>` and its label in the first free row below
-/// the phase labels. `(x0, x1)` and `(y0, y1)` bound the plot.
+/// instantaneous) with its `<title>`. Returns their labels, each in the
+/// first free row below the phase labels, for drawing over the lines (so
+/// that they stay readable), in the bands' order, in one `<g
+/// class="fault-labels">`. `(x0, x1)` and `(y0, y1)` bound the plot.
 fn fault_bands(
     out: &mut String,
     faults: &[FaultBand],
     xs: &Scale,
     (x0, x1): (f64, f64),
     (y0, y1): (f64, f64),
-) {
+) -> String {
     let placed: Vec<(&FaultBand, (f64, f64))> = faults
         .iter()
         .filter_map(|f| fault_span(f, xs, (x0, x1)).map(|s| (f, s)))
@@ -584,6 +587,7 @@ fn fault_bands(
         })
         .collect();
     let lanes = label_lanes(&label_spans);
+    let mut labels = String::new();
     for (((f, (px0, px1)), (lx0, lx1)), lane) in placed.iter().zip(&label_spans).zip(lanes) {
         let class = if f.failed { "fault failed" } else { "fault" };
         let _ = write!(
@@ -611,11 +615,19 @@ fn fault_bands(
         } else {
             (lx1 - 3.0, "end")
         };
+        out.push_str("</g>");
         let _ = write!(
-            out,
-            r#"<text x="{tx:.1}" y="{ly:.1}" class="fault-label" text-anchor="{anchor}">{}</text></g>"#,
+            labels,
+            r#"<text x="{tx:.1}" y="{ly:.1}" class="fault-label{}" text-anchor="{anchor}"><title>{}</title>{}</text>"#,
+            if f.failed { " failed" } else { "" },
+            escape(&f.title),
             escape(&f.label)
         );
+    }
+    if labels.is_empty() {
+        labels
+    } else {
+        format!(r#"<g class="fault-labels">{labels}</g>"#)
     }
 }
 
@@ -916,9 +928,26 @@ mod tests {
         LEFT + v / 100.0 * (WIDTH - LEFT - RIGHT)
     }
 
+    /// The fault labels of `svg`, drawn over the lines: `(label, y, title)`.
+    fn fault_labels(svg: &str) -> Vec<(&str, f64, &str)> {
+        let Some(start) = svg.find(r#"<g class="fault-labels">"#) else {
+            return vec![];
+        };
+        let group = &svg[start..start + svg[start..].find("</g>").unwrap()];
+        group
+            .match_indices("<text ")
+            .map(|(i, _)| {
+                let el = &group[i..i + group[i..].find("</text>").unwrap()];
+                let label = &el[el.find("</title>").unwrap() + "</title>".len()..];
+                (label, attr(el, "text", "y").unwrap(), text(el, "title"))
+            })
+            .collect()
+    }
+
     /// Each `<g class="fault…">…</g>` of `svg`.
     fn fault_groups(svg: &str) -> Vec<&str> {
         svg.match_indices(r#"<g class="fault"#)
+            .filter(|(i, _)| !svg[*i..].starts_with(r#"<g class="fault-labels""#))
             .map(|(i, _)| {
                 let end = svg[i..].find("</g>").unwrap();
                 &svg[i..i + end + 4]
@@ -1005,17 +1034,18 @@ mod tests {
 
         // Each has its title and label; the three overlapping labels are on
         // three rows, below the phase labels.
-        for (g, name) in g
-            .iter()
-            .zip(["kill-instance-1", "redis-pause", "restart", "tail"])
+        let labels = fault_labels(&svg);
+        assert_eq!(labels.len(), 4);
+        for ((g, label), name) in
+            g.iter()
+                .zip(&labels)
+                .zip(["kill-instance-1", "redis-pause", "restart", "tail"])
         {
             assert_eq!(text(g, "title"), format!("{name} (kill) on instance-1"));
-            assert_eq!(text(g, "text"), name);
+            assert_eq!(label.0, name);
+            assert_eq!(label.2, format!("{name} (kill) on instance-1"));
         }
-        let rows: Vec<f64> = g[..3]
-            .iter()
-            .map(|g| attr(g, "text", "y").unwrap())
-            .collect();
+        let rows: Vec<f64> = labels[..3].iter().map(|l| l.1).collect();
         assert!(
             rows[0] != rows[1] && rows[1] != rows[2] && rows[0] != rows[2],
             "{rows:?}"
@@ -1032,6 +1062,8 @@ mod tests {
         let at = |needle: &str| svg.find(needle).unwrap();
         assert!(at(r#"class="band""#) < at(r#"<g class="fault"#));
         assert!(at("</g>") < at("<polyline"));
+        // The labels over the lines, so that they stay readable.
+        assert!(svg.rfind("<polyline").unwrap() < at(r#"<g class="fault-labels">"#));
         assert!(svg.contains(r#"class="legend">faults</text>"#));
         assert!(!line(vec![(0.0, 1.0)]).to_svg().contains(">faults<"));
     }

@@ -101,9 +101,26 @@ fn text<'a>(s: &'a str, tag: &str) -> &'a str {
     &s[open..open + s[open..].find(&format!("</{tag}>")).unwrap()]
 }
 
+/// The fault labels of `svg`, drawn over the lines: `(label, y, title)`.
+fn fault_labels(svg: &str) -> Vec<(&str, f64, &str)> {
+    let Some(start) = svg.find(r#"<g class="fault-labels">"#) else {
+        return vec![];
+    };
+    let group = &svg[start..start + svg[start..].find("</g>").unwrap()];
+    group
+        .match_indices("<text ")
+        .map(|(i, _)| {
+            let el = &group[i..i + group[i..].find("</text>").unwrap()];
+            let label = &el[el.find("</title>").unwrap() + "</title>".len()..];
+            (label, attr(el, "text", "y").unwrap(), text(el, "title"))
+        })
+        .collect()
+}
+
 /// Each `<g class="fault…">…</g>` of `svg`.
 fn fault_groups(svg: &str) -> Vec<&str> {
     svg.match_indices(r#"<g class="fault"#)
+        .filter(|(i, _)| !svg[*i..].starts_with(r#"<g class="fault-labels""#))
         .map(|(i, _)| &svg[i..i + svg[i..].find("</g>").unwrap() + 4])
         .collect()
 }
@@ -142,8 +159,10 @@ fn every_time_plot_draws_each_fault_where_and_when_it_was() {
         xml::check(svg).unwrap_or_else(|e| panic!("{title}: {e}\n{svg}"));
         let px = x_scale(svg);
         let g = fault_groups(svg);
+        let labels = fault_labels(svg);
         assert_eq!(g.len(), r.faults.len(), "{title}");
-        for (g, f) in g.iter().zip(&r.faults) {
+        assert_eq!(labels.len(), r.faults.len(), "{title}");
+        for ((g, label), f) in g.iter().zip(&labels).zip(&r.faults) {
             let (at, end) = (f.at_ms as f64 / 1000.0, f.end_ms() as f64 / 1000.0);
             if f.duration_ms == 0 {
                 assert!(!g.contains("<rect"), "{title}: {g}");
@@ -161,10 +180,11 @@ fn every_time_plot_draws_each_fault_where_and_when_it_was() {
             assert!(t.starts_with(&f.fault), "{t}");
             assert!(t.contains(&format!("({})", f.kind)), "{t}");
             assert!(t.contains(&format!("on {}", f.target)), "{t}");
-            assert_eq!(text(g, "text"), f.fault);
+            assert_eq!(label.0, f.fault);
+            assert_eq!(label.2, t);
         }
         // The kill and the pause overlap, and so do their labels: two rows.
-        assert_ne!(attr(g[0], "text", "y"), attr(g[1], "text", "y"));
+        assert_ne!(labels[0].1, labels[1].1);
         assert!(text(g[0], "title").contains("at 10.0 s for 30.0 s, fired 1"));
         assert!(text(g[2], "title").ends_with("at 30.0 s, fired 40"));
         assert!(g[3].starts_with(r#"<g class="fault failed">"#));
@@ -293,7 +313,7 @@ fn older_faults_without_the_new_fields_still_read_and_render() {
     assert!(html.contains("<code>kill -9 (1@rush=0.4)</code>"));
     let (_, svg) = &report_charts(&r)[0];
     xml::check(svg).unwrap();
-    assert_eq!(text(fault_groups(svg)[0], "text"), "kill -9 (1@rush=0.4)");
+    assert_eq!(fault_labels(svg)[0].0, "kill -9 (1@rush=0.4)");
     assert!(render_summary(&r).contains("- • `kill -9 (1@rush=0.4)` on instance-1, at 30.0 s for 5.0 s — answered again 812 ms after the kill\n"));
 
     // The new fields round-trip.
