@@ -52,13 +52,13 @@ use std::ops::DerefMut;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use booking::SaleId;
 use booking::clock::Clock;
 use booking::notify::{
     Alert, Alerts, Confirmation, Mailer, NotifyError, OutputLog, StatusSink, StatusWrite,
 };
+use booking::{Bugs, SaleId};
 use booking_redis::keys::{KeyPrefix, sale_key};
-use booking_redis::pool::{self, Pool, PoolError};
+use booking_redis::pool::{self, Pool, PoolError, PoolOptions};
 use redis::{RedisError, Script};
 
 /// How many status writes the history keeps (the newest). A status document
@@ -139,7 +139,21 @@ impl RedisOutputs {
         sale: &SaleId,
         clock: Arc<dyn Clock>,
     ) -> Result<RedisOutputs, ConnectError> {
-        let pool = pool::build(url, pool_size).map_err(|e| match e {
+        RedisOutputs::connect_with(url, pool_size, prefix, sale, clock, &Bugs::none()).await
+    }
+
+    /// [`RedisOutputs::connect`] with the bug zoo's switches: the pool reads
+    /// `ignore_lost_redis_connection` ([`PoolOptions::from_bugs`]).
+    pub async fn connect_with(
+        url: &str,
+        pool_size: usize,
+        prefix: &KeyPrefix,
+        sale: &SaleId,
+        clock: Arc<dyn Clock>,
+        bugs: &Bugs,
+    ) -> Result<RedisOutputs, ConnectError> {
+        let options = PoolOptions::from_bugs(bugs);
+        let pool = pool::build_with(url, pool_size, options).map_err(|e| match e {
             PoolError::Size => ConnectError::PoolSize,
             PoolError::Url(why) => ConnectError::Url(why),
             PoolError::Build(why) => ConnectError::Pool(why),

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use booking::SaleId;
 use booking::clock::Clock;
 use booking::queue::{
     Message, Queue, QueueConfig, QueueDepth, QueueError, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX,
     ReceiptHandle, Received, SendOutcome, VISIBILITY_TIMEOUT_MAX,
 };
+use booking::{Bugs, SaleId};
 use booking_redis::keys::{KeyPrefix, sale_key};
-use booking_redis::pool::{Connection, Pool, PoolError};
+use booking_redis::pool::{Connection, Pool, PoolError, PoolOptions};
 use redis::{RedisError, Script, ScriptInvocation, Value};
 use tokio::sync::Notify;
 
@@ -132,6 +132,20 @@ impl RedisQueue {
         clock: Arc<dyn Clock>,
         config: QueueConfig,
     ) -> Result<RedisQueue, ConnectError> {
+        RedisQueue::connect_with(url, pool_size, prefix, sale, clock, config, &Bugs::none()).await
+    }
+
+    /// [`RedisQueue::connect`] with the bug zoo's switches: the pool reads
+    /// `ignore_lost_redis_connection` ([`PoolOptions::from_bugs`]).
+    pub async fn connect_with(
+        url: &str,
+        pool_size: usize,
+        prefix: &KeyPrefix,
+        sale: &SaleId,
+        clock: Arc<dyn Clock>,
+        config: QueueConfig,
+        bugs: &Bugs,
+    ) -> Result<RedisQueue, ConnectError> {
         check_visibility(config.visibility_timeout)
             .map_err(|e| ConnectError::Config(e.to_string()))?;
         if config.receives_max == 0 {
@@ -139,11 +153,13 @@ impl RedisQueue {
                 "receives_max must be at least 1".into(),
             ));
         }
-        let pool = booking_redis::pool::build(url, pool_size).map_err(|e| match e {
-            PoolError::Size => ConnectError::PoolSize,
-            PoolError::Url(why) => ConnectError::Url(why),
-            PoolError::Build(why) => ConnectError::Pool(why),
-        })?;
+        let options = PoolOptions::from_bugs(bugs);
+        let pool =
+            booking_redis::pool::build_with(url, pool_size, options).map_err(|e| match e {
+                PoolError::Size => ConnectError::PoolSize,
+                PoolError::Url(why) => ConnectError::Url(why),
+                PoolError::Build(why) => ConnectError::Pool(why),
+            })?;
         let queue = RedisQueue {
             pool,
             keys: KEY_NAMES.map(|name| sale_key(prefix, sale, name)),

@@ -91,7 +91,8 @@ pub struct RedisRecordsConfig {
     pub stream_retained_max: usize,
     /// How late the TTL service deletes an expired record, ms after its TTL.
     pub ttl_delay_ms: u64,
-    /// The bug zoo's switches (`paid_keeps_ttl`: HELD→PAID keeps the TTL).
+    /// The bug zoo's switches (`paid_keeps_ttl`: HELD→PAID keeps the TTL;
+    /// `ignore_lost_redis_connection`: the pool reuses failed connections).
     pub bugs: Bugs,
 }
 
@@ -268,7 +269,9 @@ impl RedisRecords {
         clock: Arc<dyn Clock>,
         config: RedisRecordsConfig,
     ) -> Result<RedisRecords, ConnectError> {
-        let pool = booking_redis::pool::build(url, pool_size)?;
+        // the zoo's `ignore_lost_redis_connection` lives in the pool
+        let options = booking_redis::pool::PoolOptions::from_bugs(&config.bugs);
+        let pool = booking_redis::pool::build_with(url, pool_size, options)?;
         let records = RedisRecords {
             pool,
             keys: Keys::new(prefix, sale),

@@ -90,7 +90,19 @@ impl RedisCoordination {
         url: &str,
         pool_size: usize,
     ) -> Result<RedisCoordination, CoordinationConnectError> {
-        let pool = crate::pool::build(url, pool_size).map_err(|e| match e {
+        RedisCoordination::connect_with(url, pool_size, &booking::Bugs::none()).await
+    }
+
+    /// [`RedisCoordination::connect`] with the bug zoo's switches: the pool
+    /// reads `ignore_lost_redis_connection`
+    /// ([`crate::pool::PoolOptions::from_bugs`]).
+    pub async fn connect_with(
+        url: &str,
+        pool_size: usize,
+        bugs: &booking::Bugs,
+    ) -> Result<RedisCoordination, CoordinationConnectError> {
+        let options = crate::pool::PoolOptions::from_bugs(bugs);
+        let pool = crate::pool::build_with(url, pool_size, options).map_err(|e| match e {
             crate::pool::PoolError::Size => CoordinationConnectError::PoolSize,
             crate::pool::PoolError::Url(why) => CoordinationConnectError::Url(why),
             crate::pool::PoolError::Build(why) => CoordinationConnectError::Pool(why),

@@ -82,8 +82,20 @@ impl RedisLedger {
         pool_size: usize,
         key_prefix: &str,
     ) -> Result<RedisLedger, ConnectError> {
+        RedisLedger::connect_with(url, pool_size, key_prefix, &booking::Bugs::none()).await
+    }
+
+    /// [`RedisLedger::connect`] with the bug zoo's switches: the pool reads
+    /// `ignore_lost_redis_connection` ([`crate::pool::PoolOptions::from_bugs`]).
+    pub async fn connect_with(
+        url: &str,
+        pool_size: usize,
+        key_prefix: &str,
+        bugs: &booking::Bugs,
+    ) -> Result<RedisLedger, ConnectError> {
         let prefix = KeyPrefix::parse(key_prefix)?;
-        let pool = crate::pool::build(url, pool_size).map_err(|e| match e {
+        let options = crate::pool::PoolOptions::from_bugs(bugs);
+        let pool = crate::pool::build_with(url, pool_size, options).map_err(|e| match e {
             crate::pool::PoolError::Size => ConnectError::PoolSize,
             crate::pool::PoolError::Url(why) => ConnectError::Url(why),
             crate::pool::PoolError::Build(why) => ConnectError::Pool(why),

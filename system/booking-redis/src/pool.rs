@@ -7,9 +7,15 @@
 //! trusts a connection that was used within [`IDLE_CHECK_AFTER`] and has not
 //! failed; an idle one is pinged first (it may have died quietly, e.g. in a
 //! failover), and one that failed is dropped and replaced.
+//!
+//! The bug zoo's `ignore_lost_redis_connection` ([`PoolOptions`]) switches
+//! the replacing off: a failed connection goes back into the pool and is
+//! handed out again. A `MultiplexedConnection` does not reconnect by itself,
+//! so after Redis restarts (or the link resets) every call on it fails.
 
 use std::time::Duration;
 
+use booking::{Bug, Bugs};
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisFuture, Value};
@@ -20,6 +26,25 @@ pub const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// The pool.
 pub type Pool = managed::Pool<Manager>;
+
+/// How a pool treats its connections, beyond its size and timeouts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// The bug zoo's `ignore_lost_redis_connection`: a connection whose
+    /// command failed (I/O error, timeout, dropped link) is handed out again
+    /// instead of replaced, and an idle one is not checked first. Off by
+    /// default.
+    pub keep_failed_connections: bool,
+}
+
+impl PoolOptions {
+    /// The options the bug zoo's switches ask for (none: the defaults).
+    pub fn from_bugs(bugs: &Bugs) -> PoolOptions {
+        PoolOptions {
+            keep_failed_connections: bugs.on(Bug::IgnoreLostRedisConnection),
+        }
+    }
+}
 
 /// A pooled connection that remembers whether it failed.
 pub struct Connection {
@@ -84,19 +109,33 @@ impl ConnectionLike for Connection {
 pub struct Manager {
     client: Client,
     config: AsyncConnectionConfig,
+    options: PoolOptions,
 }
 
 impl Manager {
+    /// A manager for connections to `url` with these timeouts, replacing
+    /// failed connections.
     pub fn new(
         url: &str,
         connect_max: Duration,
         response_max: Duration,
+    ) -> Result<Manager, RedisError> {
+        Manager::with_options(url, connect_max, response_max, PoolOptions::default())
+    }
+
+    /// [`Manager::new`] with `options`.
+    pub fn with_options(
+        url: &str,
+        connect_max: Duration,
+        response_max: Duration,
+        options: PoolOptions,
     ) -> Result<Manager, RedisError> {
         Ok(Manager {
             client: Client::open(url)?,
             config: AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(connect_max))
                 .set_response_timeout(Some(response_max)),
+            options,
         })
     }
 }
@@ -105,6 +144,7 @@ impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Manager")
             .field("server", &self.client.get_connection_info().addr())
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
@@ -125,6 +165,13 @@ impl managed::Manager for Manager {
     }
 
     async fn recycle(&self, conn: &mut Connection, metrics: &Metrics) -> RecycleResult<RedisError> {
+        if self.options.keep_failed_connections {
+            // the zoo's trap: every connection is trusted, a dead one too
+            if conn.broken {
+                tracing::debug!("bug ignore_lost_redis_connection: a failed connection reused");
+            }
+            return Ok(());
+        }
         if conn.broken {
             return Err(RecycleError::message("the connection failed"));
         }
@@ -170,13 +217,19 @@ pub enum PoolError {
 
 /// A pool of at most `pool_size` connections to `url`, with the crate's
 /// timeouts: what the ledger and the coordination backend both connect with.
+/// Failed connections are replaced ([`build_with`] and the default options).
 pub fn build(url: &str, pool_size: usize) -> Result<Pool, PoolError> {
+    build_with(url, pool_size, PoolOptions::default())
+}
+
+/// [`build`] with `options` (the bug zoo's: [`PoolOptions::from_bugs`]).
+pub fn build_with(url: &str, pool_size: usize, options: PoolOptions) -> Result<Pool, PoolError> {
     use crate::ledger::{CONNECT_MAX, POOL_WAIT_MAX, RECYCLE_MAX, RESPONSE_MAX};
     if pool_size == 0 {
         return Err(PoolError::Size);
     }
-    let manager =
-        Manager::new(url, CONNECT_MAX, RESPONSE_MAX).map_err(|e| PoolError::Url(e.to_string()))?;
+    let manager = Manager::with_options(url, CONNECT_MAX, RESPONSE_MAX, options)
+        .map_err(|e| PoolError::Url(e.to_string()))?;
     Pool::builder(manager)
         .max_size(pool_size)
         .wait_timeout(Some(POOL_WAIT_MAX))
@@ -185,4 +238,28 @@ pub fn build(url: &str, pool_size: usize) -> Result<Pool, PoolError> {
         .runtime(deadpool::Runtime::Tokio1)
         .build()
         .map_err(|e| PoolError::Build(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_zoos_switch_keeps_failed_connections() {
+        assert!(!PoolOptions::default().keep_failed_connections);
+        assert_eq!(
+            PoolOptions::from_bugs(&Bugs::none()),
+            PoolOptions::default()
+        );
+        let others = Bugs::of(
+            Bug::ALL
+                .into_iter()
+                .filter(|b| *b != Bug::IgnoreLostRedisConnection),
+        );
+        assert!(!PoolOptions::from_bugs(&others).keep_failed_connections);
+        assert!(
+            PoolOptions::from_bugs(&Bugs::of([Bug::IgnoreLostRedisConnection]))
+                .keep_failed_connections
+        );
+    }
 }
