@@ -53,7 +53,10 @@ mod tests {
             parse_listen("localhost:26379", false).unwrap().to_string(),
             "127.0.0.1:26379"
         );
-        assert_eq!(parse_listen("[::1]:5", false).unwrap().to_string(), "[::1]:5");
+        assert_eq!(
+            parse_listen("[::1]:5", false).unwrap().to_string(),
+            "[::1]:5"
+        );
         assert!(matches!(
             parse_listen("0.0.0.0:80", false),
             Err(NetfaultError::RemoteListen(_))

@@ -4,13 +4,13 @@
 
 use std::net::SocketAddr;
 
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -51,7 +51,10 @@ fn reply(status: StatusCode, body: &impl Serialize) -> Response {
     match serde_json::to_vec(body) {
         Ok(bytes) => (
             status,
-            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
             bytes,
         )
             .into_response(),
@@ -216,7 +219,10 @@ async fn toxic_update(
         }
         other => other,
     };
-    Ok(reply(StatusCode::OK, &nf.update_toxic(&proxy, &toxic, changes)?))
+    Ok(reply(
+        StatusCode::OK,
+        &nf.update_toxic(&proxy, &toxic, changes)?,
+    ))
 }
 
 async fn toxic_delete(

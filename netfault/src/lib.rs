@@ -22,8 +22,8 @@
 //! duplicates or alters bytes (it delays, splits, drops or cuts); every
 //! buffer is bounded (a direction stops reading past 4 MiB held).
 
-pub mod api;
 mod addr;
+pub mod api;
 mod chain;
 mod connection;
 mod error;

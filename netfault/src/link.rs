@@ -51,8 +51,7 @@ where
             return end;
         }
         let wake = pipeline.next_wake();
-        let can_read =
-            reading && !pipeline.ending() && pipeline.buffered() < BUFFERED_BYTES_MAX;
+        let can_read = reading && !pipeline.ending() && pipeline.buffered() < BUFFERED_BYTES_MAX;
         let front = pipeline.front();
         let can_write = front.is_some();
         let front = front.unwrap_or_default();

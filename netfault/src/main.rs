@@ -28,6 +28,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -42,8 +43,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let netfault = Netfault::with_remote_listen(args.allow_remote);
     if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let specs: Vec<ProxySpec> = serde_json::from_str(&text)
             .with_context(|| format!("parsing {} (a JSON array of proxies)", path.display()))?;
         let (made, error) = netfault.populate(specs).await;
@@ -55,7 +56,8 @@ async fn main() -> anyhow::Result<()> {
     let (addr, server) = netfault::serve(netfault.clone(), args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
-    tracing::info!(%addr, "netfault API ready (toxiproxy clients: point them here)");
+    // the one line on stdout: scripts (and the tests) read the address here
+    println!("netfault API listening on http://{addr}");
     tokio::select! {
         signal = tokio::signal::ctrl_c() => {
             signal.context("waiting for Ctrl-C")?;

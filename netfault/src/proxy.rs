@@ -100,7 +100,9 @@ pub struct ProxyPatch {
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // the data behind these locks stays consistent at every step, so a
     // panic elsewhere leaves nothing half-done to fear
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(Debug, Clone)]

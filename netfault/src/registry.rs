@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::NetfaultError;
 use crate::addr::parse_listen;
 use crate::proxy::{Proxy, ProxyPatch, ProxySpec, lock};
 use crate::stats::ProxyStats;
 use crate::toxic::Toxic;
-use crate::NetfaultError;
 
 /// A proxy as toxiproxy's API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,7 +158,10 @@ impl Netfault {
         proxy.mark_deleted();
         proxy.stop().await;
         let mut proxies = lock(&self.inner.proxies);
-        if proxies.get(&proxy.name).is_some_and(|p| Arc::ptr_eq(p, proxy)) {
+        if proxies
+            .get(&proxy.name)
+            .is_some_and(|p| Arc::ptr_eq(p, proxy))
+        {
             proxies.remove(&proxy.name);
         }
         Ok(())

@@ -159,9 +159,8 @@ impl Stage {
                 let piece = rate.saturating_mul(BANDWIDTH_PIECE_MS);
                 let piece = usize::try_from(piece).unwrap_or(usize::MAX).max(1);
                 for part in bytes.chunks(piece) {
-                    let cost = Duration::from_nanos(
-                        (part.len() as u64).saturating_mul(1_000_000) / rate,
-                    );
+                    let cost =
+                        Duration::from_nanos((part.len() as u64).saturating_mul(1_000_000) / rate);
                     let start = self.cursor.map_or(now, |c| c.max(now));
                     let due = later(start, cost);
                     self.cursor = Some(due);
@@ -305,7 +304,9 @@ fn slice(bytes: &[u8], average: u64, variation: u64) -> Vec<&[u8]> {
         } else {
             (average + rng.gen_range(0..variation.saturating_mul(2))).saturating_sub(variation)
         };
-        let size = usize::try_from(size).unwrap_or(usize::MAX).clamp(1, rest.len());
+        let size = usize::try_from(size)
+            .unwrap_or(usize::MAX)
+            .clamp(1, rest.len());
         let (piece, tail) = rest.split_at(size);
         pieces.push(piece);
         rest = tail;
@@ -348,7 +349,11 @@ mod tests {
         for (avg, var) in [(10, 0), (10, 3), (1, 0), (0, 0), (5, 9)] {
             let pieces = slice(&bytes, avg, var);
             assert_eq!(pieces.concat(), bytes);
-            assert!(pieces.iter().all(|p| !p.is_empty() && p.len() as u64 <= (avg + var).max(1)));
+            assert!(
+                pieces
+                    .iter()
+                    .all(|p| !p.is_empty() && p.len() as u64 <= (avg + var).max(1))
+            );
         }
         assert_eq!(slice(&bytes, 1000, 0).len(), 1);
     }

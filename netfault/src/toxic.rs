@@ -170,7 +170,10 @@ impl ToxicKind {
 
     /// Parses `attributes` (an object, or null for all zeros) for the toxic
     /// type `type_name`.
-    pub fn from_attributes(type_name: &str, attributes: &Value) -> Result<ToxicKind, NetfaultError> {
+    pub fn from_attributes(
+        type_name: &str,
+        attributes: &Value,
+    ) -> Result<ToxicKind, NetfaultError> {
         Ok(match type_name {
             "latency" => {
                 let a: LatencyAttrs = attrs_of(attributes)?;
@@ -386,9 +389,9 @@ pub(crate) fn updated(toxic: &Toxic, changes: &Value) -> Result<Toxic, NetfaultE
             next.kind = toxic.kind.merged(attributes)?;
         }
         if let Some(toxicity) = map.get("toxicity") {
-            let toxicity = toxicity.as_f64().ok_or_else(|| {
-                NetfaultError::BadRequest("toxicity must be a number".to_owned())
-            })?;
+            let toxicity = toxicity
+                .as_f64()
+                .ok_or_else(|| NetfaultError::BadRequest("toxicity must be a number".to_owned()))?;
             // toxiproxy's toxicity is a float32
             #[allow(clippy::cast_possible_truncation)]
             let toxicity = toxicity as f32;
@@ -485,7 +488,11 @@ mod tests {
                 jitter: 10
             }
         );
-        let body = updated(&toxic, &json!({"attributes": {"jitter": 0}, "toxicity": 0.5})).unwrap();
+        let body = updated(
+            &toxic,
+            &json!({"attributes": {"jitter": 0}, "toxicity": 0.5}),
+        )
+        .unwrap();
         assert_eq!(
             body.kind,
             ToxicKind::Latency {
