@@ -91,6 +91,9 @@ where
                 }
             },
             () = tokio::time::sleep_until(wake.unwrap_or(now)), if wake.is_some() => {}
+            // nothing to read, write, wait for or watch: it can never move
+            // again (only while its proxy is going away)
+            else => return End::Close,
         }
     }
 }
