@@ -29,6 +29,16 @@ chaos-matrix *ARGS:
 zoo *ARGS:
     cargo run --release -p chaos -- zoo --controls {{ARGS}}
 
+# Every built-in rehearsal fault schedule (processes killed at each point of the request path, paused, restarted; redis-server paused and restarted; link toxics; gateway rules) on a process fleet of three instances, the bounded CI profile.
+chaos-rehearsal *ARGS:
+    cargo build -p booking-server --bin booking
+    cargo run -p chaos -- matrix --rehearsal --profile ci {{ARGS}}
+
+# The headline chaos rehearsal, three seeds: 3 process instances on Redis at 2,000 bookings/s, one killed at 10 s and back at 15 s, redis-server paused 2 s at 20 s, +200 ms on the gateway link for 5 s.
+soak-rehearsal:
+    cargo build --release -p booking-server --bin booking
+    cargo run --release -p chaos -- matrix --rehearsal --profile soak
+
 # The long soak: every schedule × 10 seeds of the article's full 40,000-candidate sale, then 100 more seeds of the calm sale.
 soak:
     cargo run --release -p chaos -- matrix --profile soak

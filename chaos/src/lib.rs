@@ -30,6 +30,7 @@ pub mod history;
 pub mod matrix;
 pub mod netem;
 pub mod rehearsal;
+pub mod rehearsal_matrix;
 pub mod sim;
 pub mod zoo;
 

@@ -76,6 +76,14 @@ enum Command {
         /// Where `matrix.json` and `matrix.md` go.
         #[arg(long, default_value = "reports/chaos")]
         out: PathBuf,
+        /// Rehearsals instead of sales in virtual time: the built-in
+        /// rehearsal schedules (process, link, port and gateway faults) on a
+        /// fleet of three `booking serve` processes over a private
+        /// redis-server (`ci`: one seed of each short schedule; `soak`: the
+        /// headline at 2,000 bookings/s, three seeds). Needs the `booking`
+        /// binary built beside this one.
+        #[arg(long)]
+        rehearsal: bool,
     },
     /// Every bug of the zoo, switched on in turn, must be caught.
     Zoo {
@@ -134,7 +142,14 @@ fn main() -> ExitCode {
             candidates,
             jobs,
             out,
-        } => run_matrix(profile, seeds, candidates, jobs, &out),
+            rehearsal,
+        } => {
+            if rehearsal {
+                run_rehearsal_matrix(profile, seeds, &out)
+            } else {
+                run_matrix(profile, seeds, candidates, jobs, &out)
+            }
+        }
         Command::Zoo { bug, controls, out } => run_zoo(&bug, controls, &out),
     };
     match result {
@@ -151,6 +166,11 @@ fn load_schedule(name: &str) -> anyhow::Result<Schedule> {
     if let Some(builtin) = matrix::builtin(name) {
         return builtin.map_err(anyhow::Error::msg);
     }
+    if faults::builtin::rehearsal_names().contains(&name) {
+        bail!(
+            "{name} is a rehearsal schedule: `scenarios rehearse --fleet processes --faults {name}` or `chaos matrix --rehearsal` carry it out"
+        );
+    }
     let path = Path::new(name);
     if !path.exists() {
         let names: Vec<&str> = matrix::SCHEDULES.iter().map(|(n, _)| *n).collect();
@@ -162,6 +182,10 @@ fn load_schedule(name: &str) -> anyhow::Result<Schedule> {
     let schedule = Schedule::load(path).with_context(|| format!("schedule {name}"))?;
     schedule
         .validate()
+        .with_context(|| format!("schedule {name}"))?;
+    // the sale in virtual time has ports only: no process, link or rule
+    schedule
+        .check_scopes("the sale in virtual time", &[faults::Scope::Port])
         .with_context(|| format!("schedule {name}"))?;
     Ok(schedule)
 }
@@ -268,6 +292,50 @@ fn run_matrix(
         );
     }
     Ok(failed.is_empty())
+}
+
+fn run_rehearsal_matrix(
+    profile: MatrixProfile,
+    seeds: Option<u64>,
+    out: &Path,
+) -> anyhow::Result<bool> {
+    use chaos::rehearsal_matrix::{self as rm, RehearsalRun};
+    let (rehearsal_profile, schedules, seeds) = rm::plan(profile, seeds);
+    eprintln!(
+        "chaos matrix --rehearsal: {} schedule(s) × {seeds} seed(s) on the {rehearsal_profile} profile, {} process instances on a private redis-server each",
+        schedules.len(),
+        rm::INSTANCES
+    );
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("building the runtime")?;
+    let started = Instant::now();
+    let runs_dir = out.join("rehearsal-runs");
+    let mut runs: Vec<RehearsalRun> = Vec::new();
+    for schedule in &schedules {
+        for seed in 1..=seeds {
+            let r = runtime.block_on(rm::run_one(rehearsal_profile, schedule, seed, &runs_dir));
+            println!("{}", r.line());
+            runs.push(r);
+        }
+    }
+    let table = rm::table(&runs);
+    println!("\n{table}");
+    let failed = runs.iter().filter(|r| !r.passed).count();
+    println!(
+        "{} of {} rehearsals passed in {:.1} s",
+        runs.len() - failed,
+        runs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    std::fs::write(
+        out.join("rehearsal-matrix.json"),
+        serde_json::to_string_pretty(&runs)?,
+    )?;
+    std::fs::write(out.join("rehearsal-matrix.md"), table)?;
+    Ok(failed == 0)
 }
 
 fn run_zoo(only: &[Bug], controls: bool, out: &Path) -> anyhow::Result<bool> {

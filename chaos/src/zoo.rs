@@ -160,6 +160,10 @@ fn confirm_path_sale(seed: u64, payers: PayerMix) -> SimConfig {
 /// harness (the redirect bugs: a sale in virtual time and the HTTP
 /// rehearsal; `token_grant_per_instance`: the rehearsal's first).
 pub fn cases() -> Vec<ZooCase> {
+    let process_rehearsal = |schedule: &str| Harness::Rehearsal {
+        sets: crate::rehearsal_matrix::process_sets(schedule),
+        redis_one_way_ms: None,
+    };
     let rehearsal = |sets: &[&str]| Harness::Rehearsal {
         sets: sets.iter().map(|s| (*s).to_owned()).collect(),
         redis_one_way_ms: None,
@@ -404,6 +408,40 @@ kind = { type = "latency", delay = { uniform = { lo_ms = 5, hi_ms = 30 } } }
                 ..SimConfig::scaled(9, 1_000)
             }),
             expect: &["one_email_per_paid", "total_queue"],
+        },
+        // what only real processes show: a process fleet of three
+        // `booking serve` instances over a private redis-server, under a
+        // rehearsal fault schedule (`faults::builtin`)
+        ZooCase {
+            bug: Bug::NoStalePendingCleanup,
+            what: "a killed instance's admission stays counted (stale-pending cleanup off)",
+            harness: process_rehearsal("kill-after-admission"),
+            expect: &[
+                "ledger_matches_records",
+                "status_matches_counters",
+                "sale_settled",
+                "at_cap_when_demand_exceeded",
+            ],
+        },
+        ZooCase {
+            bug: Bug::RedisWithoutPersistence,
+            what: "Redis without persistence restarted: seats forgotten",
+            harness: process_rehearsal("redis-restart"),
+            expect: &[
+                "gateway_completed_have_paid_booking",
+                "at_cap_when_demand_exceeded",
+                "admissions_within_cap",
+                "ledger_matches_records",
+                "one_booking_per_candidate",
+                "status_matches_counters",
+                "never_above_cap_during_run",
+            ],
+        },
+        ZooCase {
+            bug: Bug::IgnoreLostRedisConnection,
+            what: "an instance keeps its dead Redis connections after a restart",
+            harness: process_rehearsal("redis-restart"),
+            expect: &["server_errors_outside_faults"],
         },
     ]
 }

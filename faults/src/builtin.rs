@@ -48,6 +48,10 @@ pub const REHEARSAL: &[(&str, &str)] = &[
         include_str!("../schedules/rehearsal/link-trouble.toml"),
     ),
     (
+        "redis-link-blackhole",
+        include_str!("../schedules/rehearsal/redis-link-blackhole.toml"),
+    ),
+    (
         "ports-and-gateway",
         include_str!("../schedules/rehearsal/ports-and-gateway.toml"),
     ),

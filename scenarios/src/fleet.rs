@@ -24,6 +24,8 @@ use booking::{Counters, Level, SaleId};
 use booking_server::config::{ServerConfig, StackConfig, StackKind};
 use booking_server::ops::{self, AuditReport, GatewayTruth, StatusReport};
 use booking_server::{Server, build, build_sharing, serve};
+
+use crate::conductor::{Conductor, InstanceHandle, Links};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -268,6 +270,9 @@ pub struct Fleet {
     instances: Vec<Instance>,
     remote: Option<Remote>,
     redis: Option<RedisProcess>,
+    /// The profile's fault schedule and the proxies of the links it faults
+    /// (in process: port faults, links and gateway rules).
+    faults: Option<(String, faults::Schedule, Option<Links>)>,
 }
 
 /// The fleet's webhook endpoint: the first instance's (as a load balancer
@@ -360,6 +365,7 @@ impl Fleet {
                     gateway: profile.target_gateway.clone(),
                 }),
                 redis: None,
+                faults: None,
             }),
             None => Fleet::start_local(profile, sale, caps, overdue_after).await,
         }
@@ -410,6 +416,30 @@ impl Fleet {
         };
         let mut config =
             rehearsal_config(profile, &sale, profile.stack.kind, redis_url, &mock, topic);
+        let schedule = profile
+            .fault_schedule()
+            .map_err(|e| FleetError::Invalid(e.to_string()))?;
+        let faults = match schedule {
+            None => None,
+            Some((name, schedule)) => {
+                let redis = match profile.stack.kind {
+                    StackKind::Embedded => None,
+                    _ => crate::conductor::redis_addr(&config.stack.redis_url).await,
+                };
+                let links = Links::start(&schedule, redis, mock.addr)
+                    .await
+                    .map_err(FleetError::Invalid)?;
+                if let Some(l) = &links {
+                    if let Some(url) = &l.redis_url {
+                        config.stack.redis_url = url.clone();
+                    }
+                    if let Some(url) = &l.gateway_url {
+                        config.gateway.base_url = url.clone();
+                    }
+                }
+                Some((name, schedule, links))
+            }
+        };
         if profile.stack.kind == StackKind::Aws {
             // fresh resources per run: records and queues have no clear
             // operation (see ops::reset)
@@ -421,10 +451,17 @@ impl Fleet {
 
         let mut servers: Vec<Arc<Server>> = Vec::with_capacity(profile.instances);
         let mut instances = Vec::with_capacity(profile.instances);
-        for ((listener, addr), url) in listeners.into_iter().zip(&urls) {
+        for (index, ((listener, addr), url)) in listeners.into_iter().zip(&urls).enumerate() {
             let mut c = config.clone();
             c.listen = addr;
             c.public_url = url.clone();
+            if let Some((_, schedule, _)) = &faults {
+                c.faults = Some(booking_server::config::FaultsConfig {
+                    instance: crate::conductor::instance_label(index),
+                    seed: profile.seed,
+                    schedule: schedule.clone(),
+                });
+            }
             let server = match servers.first() {
                 None => build(&c, url).await?,
                 Some(first) => build_sharing(&c, url, first).await?,
@@ -457,7 +494,36 @@ impl Fleet {
             instances,
             remote: None,
             redis,
+            faults,
         })
+    }
+
+    /// The conductor of the profile's fault schedule on this in-process
+    /// fleet (port faults, links, gateway rules), if it has one.
+    pub fn conductor(&self) -> Result<Option<Conductor>, FleetError> {
+        let Some((name, schedule, links)) = &self.faults else {
+            return Ok(None);
+        };
+        let handles = self
+            .booking_urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| InstanceHandle {
+                label: crate::conductor::instance_label(i),
+                url: url.clone(),
+            })
+            .collect();
+        Conductor::new(
+            name.clone(),
+            schedule.clone(),
+            None,
+            links.clone(),
+            self.mock.as_ref().map(|m| m.url.clone()),
+            handles,
+            None,
+        )
+        .map(Some)
+        .map_err(FleetError::Invalid)
     }
 
     /// Subscribes the fleet's webhook endpoint to the in-process mock

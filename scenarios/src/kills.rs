@@ -319,7 +319,19 @@ pub fn connection_errors_outside_kills(
     records: &[KillRecord],
     t0: Instant,
 ) -> Verdict {
-    let outside: Vec<String> = errors_outside(errors, records)
+    let windows: Vec<(Instant, Option<Instant>)> =
+        records.iter().filter_map(KillRecord::window).collect();
+    connection_errors_outside(errors, &windows, t0)
+}
+
+/// `connection_errors_outside_kills`: no connection error outside the
+/// `windows` of the kills and process faults of the run.
+pub fn connection_errors_outside(
+    errors: &[Instant],
+    windows: &[(Instant, Option<Instant>)],
+    t0: Instant,
+) -> Verdict {
+    let outside: Vec<String> = crate::conductor::outside(errors, windows)
         .iter()
         .map(|e| {
             format!(
@@ -331,7 +343,7 @@ pub fn connection_errors_outside_kills(
     let mut v = Verdict::violations(CONNECTION_ERRORS_OUTSIDE_KILLS, &outside, 0);
     if outside.is_empty() {
         v.detail = format!(
-            "{} connection error(s), all inside a kill's window",
+            "{} connection error(s), all inside a kill's or a process fault's window",
             errors.len()
         );
     }

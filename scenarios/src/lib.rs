@@ -9,11 +9,16 @@
 //!   a private `redis-server`, driven as a remote deployment.
 //! - [`kills`]: `--kill SPEC`: SIGKILL an instance mid-rush and start it
 //!   again; the verdicts that keep that proof honest.
+//! - [`conductor`]: `--faults NAME|FILE`: a fault schedule carried out
+//!   during the load (processes killed, paused and restarted, toxics on the
+//!   links to Redis and the gateway, gateway rules, port faults inside the
+//!   instances), each window with what it fired and what the system did.
 //! - [`load`]: the open-model load engine over goose.
 //! - [`rehearse`]: the phases (setup, rush, late, settle, audit, report).
 //! - [`thresholds`]: figures held to the profile's bounds, as named verdicts.
 //! - [`progress`]: the progress line and the end-of-run summary.
 
+pub mod conductor;
 pub mod fleet;
 pub mod kills;
 pub mod load;

@@ -69,6 +69,14 @@ struct RehearseArgs {
     /// `0@rush=0.4,down_ms=1000` (repeat).
     #[arg(long = "kill", value_name = "SPEC")]
     kills: Vec<KillSpec>,
+    /// A fault schedule carried out during the load: a built-in one
+    /// (`headline`, `kill-after-admission`, `kill-after-create`,
+    /// `kill-after-enqueue`, `kill-during-execute`, `redis-pause`,
+    /// `redis-restart`, `instance-pause-restart`, `link-trouble`,
+    /// `ports-and-gateway`) or a TOML file. Process faults need `--fleet
+    /// processes`.
+    #[arg(long, value_name = "NAME|FILE")]
+    faults: Option<String>,
     /// Rehearse the deployment at this base URL instead (its /ops/ routes).
     #[arg(long)]
     target: Option<String>,
@@ -121,6 +129,9 @@ impl RehearseArgs {
         }
         if let Some(n) = self.instances {
             sets.push(format!("instances={n}"));
+        }
+        if let Some(f) = &self.faults {
+            sets.push(format!("faults={}", quote(f)));
         }
         if let Some(t) = &self.target {
             sets.push(format!("target={}", quote(t)));

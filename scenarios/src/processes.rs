@@ -30,6 +30,9 @@ use booking_server::config::{ServerConfig, StackKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
+use booking_server::config::FaultsConfig;
+
+use crate::conductor::{Conductor, FleetControl, InstanceHandle, Links, TERM_MAX, instance_label};
 use crate::fleet::{Fleet, FleetError, rehearsal_config};
 use crate::kills::{BoxFuture, KillDriver, Restartable};
 use crate::profile::{FleetKind, Profile, Webhooks};
@@ -175,59 +178,111 @@ async fn redis_pings(port: u16) -> bool {
 /// The private `redis-server`.
 #[derive(Debug)]
 struct RedisProcess {
-    child: Child,
+    child: Option<Child>,
     port: u16,
+    data_dir: PathBuf,
+    log: PathBuf,
+    aof: bool,
+    starts: u32,
 }
 
 impl RedisProcess {
-    async fn start(data_dir: &Path, log: &Path) -> Result<RedisProcess, ProcessError> {
+    /// Starts a server on a free port (`aof`: with an append-only file,
+    /// fsync every second; else no persistence at all).
+    async fn start(data_dir: &Path, log: &Path, aof: bool) -> Result<RedisProcess, ProcessError> {
         std::fs::create_dir_all(data_dir)
             .map_err(|e| ProcessError::Io(format!("creating {}", data_dir.display()), e))?;
         let mut last = String::new();
         for _ in 0..REDIS_ATTEMPTS {
-            let port = free_port()?;
-            let (out, err) = log_file(log, &format!("redis-server on port {port}"))?;
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--appendonly", "yes", "--appendfsync", "everysec"])
-                .args(["--save", ""])
-                .arg("--dir")
-                .arg(data_dir)
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .kill_on_drop(true)
-                .spawn();
-            let child = match child {
-                Ok(c) => c,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(ProcessError::NoRedis);
-                }
-                Err(e) => return Err(ProcessError::Io("starting redis-server".into(), e)),
+            let mut redis = RedisProcess {
+                child: None,
+                port: free_port()?,
+                data_dir: data_dir.to_owned(),
+                log: log.to_owned(),
+                aof,
+                starts: 0,
             };
-            let mut redis = RedisProcess { child, port };
-            let started = Instant::now();
-            loop {
-                if redis_pings(port).await {
-                    tracing::info!(port, "private redis-server started (appendonly yes)");
-                    return Ok(redis);
-                }
-                if let Ok(Some(status)) = redis.child.try_wait() {
-                    last = format!("exited with {status} (port {port} taken?)");
-                    break;
-                }
-                if started.elapsed() > REDIS_START_MAX {
-                    last = format!("no PONG on port {port} within {REDIS_START_MAX:?}");
-                    let _ = redis.child.kill().await;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            match redis.spawn().await {
+                Ok(()) => return Ok(redis),
+                Err(ProcessError::Redis(why)) => last = why,
+                Err(e) => return Err(e),
             }
         }
         Err(ProcessError::Redis(format!(
             "did not start in {REDIS_ATTEMPTS} attempts: {last}; see {}",
             log.display()
         )))
+    }
+
+    /// Starts the server on its port and data directory and waits for
+    /// `PONG` (it replays its append-only file first, if it keeps one).
+    async fn spawn(&mut self) -> Result<(), ProcessError> {
+        self.starts += 1;
+        let port = self.port;
+        let (out, err) = log_file(
+            &self.log,
+            &format!("redis-server on port {port}, start #{}", self.starts),
+        )?;
+        let persistence: &[&str] = if self.aof {
+            &["--appendonly", "yes", "--appendfsync", "everysec"]
+        } else {
+            &["--appendonly", "no"]
+        };
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(persistence)
+            .args(["--save", ""])
+            .arg("--dir")
+            .arg(&self.data_dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ProcessError::NoRedis);
+            }
+            Err(e) => return Err(ProcessError::Io("starting redis-server".into(), e)),
+        };
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if redis_pings(port).await {
+                tracing::info!(
+                    port,
+                    aof = self.aof,
+                    start = self.starts,
+                    "private redis-server answers"
+                );
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Err(ProcessError::Redis(format!(
+                    "exited with {status} (port {port} taken?)"
+                )));
+            }
+            if started.elapsed() > REDIS_START_MAX {
+                self.kill().await;
+                return Err(ProcessError::Redis(format!(
+                    "no PONG on port {port} within {REDIS_START_MAX:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGKILL, and waits for it to be gone.
+    async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
     }
 }
 
@@ -384,12 +439,140 @@ impl Restartable for Instances {
     }
 }
 
+/// Sends `sig` to the process `pid`.
+fn signal(pid: Option<u32>, sig: nix::sys::signal::Signal) -> Result<(), String> {
+    let pid = pid.ok_or_else(|| format!("{sig}: the process is not running"))?;
+    let pid = i32::try_from(pid).map_err(|_| format!("{sig}: pid {pid} out of range"))?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).map_err(|e| format!("{sig}: {e}"))
+}
+
+/// The fleet's processes as the fault conductor acts on them.
+#[derive(Debug)]
+struct Control {
+    instances: Arc<Instances>,
+    redis: Arc<tokio::sync::Mutex<RedisProcess>>,
+}
+
+impl FleetControl for Control {
+    fn instances(&self) -> usize {
+        self.instances.procs.len()
+    }
+
+    fn kill(&self, i: usize) -> BoxFuture<'_, Result<(), String>> {
+        Restartable::kill(&*self.instances, i)
+    }
+
+    fn terminate(&self, i: usize) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let pid = self.instances.procs[i]
+                .lock()
+                .await
+                .child
+                .as_ref()
+                .and_then(Child::id);
+            signal(pid, nix::sys::signal::Signal::SIGTERM)?;
+            if !self.wait_exit(i, TERM_MAX).await? {
+                tracing::warn!(
+                    instance = i,
+                    "did not exit on SIGTERM within {TERM_MAX:?}: SIGKILL"
+                );
+            }
+            Restartable::kill(&*self.instances, i).await
+        })
+    }
+
+    fn pause(&self, i: usize, stop: bool) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let pid = self.instances.procs[i]
+                .lock()
+                .await
+                .child
+                .as_ref()
+                .and_then(Child::id);
+            let sig = if stop {
+                nix::sys::signal::Signal::SIGSTOP
+            } else {
+                nix::sys::signal::Signal::SIGCONT
+            };
+            signal(pid, sig)
+        })
+    }
+
+    fn wait_exit(&self, i: usize, max: Duration) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            let until = Instant::now() + max;
+            loop {
+                {
+                    let mut p = self.instances.procs[i].lock().await;
+                    match p.child.as_mut().map(|c| c.try_wait()) {
+                        None => return Ok(true),
+                        Some(Ok(Some(status))) => {
+                            tracing::info!(instance = i, %status, "instance exited");
+                            p.child = None;
+                            return Ok(true);
+                        }
+                        Some(Ok(None)) => {}
+                        Some(Err(e)) => return Err(format!("waiting for instance {i}: {e}")),
+                    }
+                }
+                if Instant::now() >= until {
+                    return Ok(false);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    }
+
+    fn start(&self, i: usize) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            Restartable::restart(&*self.instances, i).await?;
+            Restartable::wait_answering(&*self.instances, i).await
+        })
+    }
+
+    fn pause_redis(&self, stop: bool) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let sig = if stop {
+                nix::sys::signal::Signal::SIGSTOP
+            } else {
+                nix::sys::signal::Signal::SIGCONT
+            };
+            signal(self.redis.lock().await.pid(), sig)
+        })
+    }
+
+    fn kill_redis(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            self.redis.lock().await.kill().await;
+            Ok(())
+        })
+    }
+
+    fn start_redis(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            self.redis
+                .lock()
+                .await
+                .spawn()
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// The processes of a rehearsal: the private `redis-server` and the booking
 /// instances. Dropping it kills them all.
 #[derive(Debug)]
 pub struct ProcessFleet {
     instances: Arc<Instances>,
-    redis: Option<RedisProcess>,
+    redis: Option<Arc<tokio::sync::Mutex<RedisProcess>>>,
+    /// The proxies of the links a fault schedule faults.
+    links: Option<Links>,
+    /// The schedule, its name and the instances' admin token, for the
+    /// conductor.
+    faults: Option<(String, faults::Schedule)>,
+    admin_token: String,
+    mock_url: String,
     /// Configs and Redis data; removed at the end.
     work: PathBuf,
     logs: Vec<String>,
@@ -456,14 +639,28 @@ impl ProcessFleet {
                     .map_err(|e| ProcessError::Invalid(format!("http client: {e}")))?,
             }),
             redis: None,
+            links: None,
+            faults: profile
+                .fault_schedule()
+                .map_err(|e| ProcessError::Invalid(e.to_string()))?,
+            admin_token: String::new(),
+            mock_url: String::new(),
             work,
             logs: vec!["redis.log".to_owned()],
             ops: ops_instance(profile),
         };
         // on an error from here on, dropping `fleet` stops what was started
-        fleet.redis =
-            Some(RedisProcess::start(&fleet.work.join("redis"), &log_dir.join("redis.log")).await?);
-        let redis_port = fleet.redis.as_ref().map_or(0, |r| r.port);
+        let redis = RedisProcess::start(
+            &fleet.work.join("redis"),
+            &log_dir.join("redis.log"),
+            profile.redis_aof
+                && !profile
+                    .bugs
+                    .contains(&booking::Bug::RedisWithoutPersistence),
+        )
+        .await?;
+        let redis_port = redis.port;
+        fleet.redis = Some(Arc::new(tokio::sync::Mutex::new(redis)));
 
         let ports = (0..profile.instances)
             .map(|_| free_port())
@@ -505,10 +702,37 @@ impl ProcessFleet {
             topic,
         );
         base.admin_token = Some(admin_token.clone());
+        fleet.admin_token = admin_token.clone();
+        fleet.mock_url = mock.url.clone();
+        if let Some((_, schedule)) = &fleet.faults {
+            // the links the schedule faults go through proxies
+            fleet.links = Links::start(
+                schedule,
+                Some(std::net::SocketAddr::from(([127, 0, 0, 1], redis_port))),
+                mock.addr,
+            )
+            .await
+            .map_err(ProcessError::Invalid)?;
+            if let Some(links) = &fleet.links {
+                if let Some(url) = &links.redis_url {
+                    base.stack.redis_url = url.clone();
+                }
+                if let Some(url) = &links.gateway_url {
+                    base.gateway.base_url = url.clone();
+                }
+            }
+        }
 
         let mut procs = Vec::with_capacity(profile.instances);
         for (index, (port, url)) in ports.iter().zip(&urls).enumerate() {
-            let config = instance_config(profile, &base, *port, url)?;
+            let mut config = instance_config(profile, &base, *port, url)?;
+            if let Some((_, schedule)) = &fleet.faults {
+                config.faults = Some(FaultsConfig {
+                    instance: instance_label(index),
+                    seed: profile.seed,
+                    schedule: schedule.clone(),
+                });
+            }
             let text = toml::to_string(&config).map_err(|e| ProcessError::Config(e.to_string()))?;
             // what the instance will read is what was meant
             let back = ServerConfig::from_toml(&text)
@@ -581,8 +805,43 @@ impl ProcessFleet {
     }
 
     /// The private `redis-server`'s port.
-    pub fn redis_port(&self) -> Option<u16> {
-        self.redis.as_ref().map(|r| r.port)
+    pub async fn redis_port(&self) -> Option<u16> {
+        match &self.redis {
+            Some(r) => Some(r.lock().await.port),
+            None => None,
+        }
+    }
+
+    /// The fault conductor of the profile's schedule, if it has one.
+    pub fn conductor(&self) -> Result<Option<Conductor>, ProcessError> {
+        let (Some((name, schedule)), Some(redis)) = (&self.faults, &self.redis) else {
+            return Ok(None);
+        };
+        let control: Arc<dyn FleetControl> = Arc::new(Control {
+            instances: self.instances.clone(),
+            redis: redis.clone(),
+        });
+        let handles = self
+            .instances
+            .urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| InstanceHandle {
+                label: instance_label(i),
+                url: url.clone(),
+            })
+            .collect();
+        Conductor::new(
+            name.clone(),
+            schedule.clone(),
+            Some(control),
+            self.links.clone(),
+            Some(self.mock_url.clone()),
+            handles,
+            Some(self.admin_token.clone()),
+        )
+        .map(Some)
+        .map_err(ProcessError::Invalid)
     }
 
     /// The instance the ops steps go to.
@@ -604,8 +863,8 @@ impl ProcessFleet {
     /// configs and Redis data.
     pub async fn stop(mut self) {
         self.instances.kill_all().await;
-        if let Some(mut r) = self.redis.take() {
-            let _ = r.child.kill().await;
+        if let Some(r) = self.redis.take() {
+            r.lock().await.kill().await;
         }
         let _ = std::fs::remove_dir_all(&self.work);
         tracing::info!("process fleet stopped");
@@ -624,9 +883,12 @@ impl Drop for ProcessFleet {
                 let _ = c.try_wait();
             }
         }
-        if let Some(r) = self.redis.as_mut() {
-            let _ = r.child.start_kill();
-            let _ = r.child.try_wait();
+        if let Some(r) = self.redis.as_ref()
+            && let Ok(mut r) = r.try_lock()
+            && let Some(c) = r.child.as_mut()
+        {
+            let _ = c.start_kill();
+            let _ = c.try_wait();
         }
         let _ = std::fs::remove_dir_all(&self.work);
     }
@@ -641,16 +903,18 @@ pub async fn run(
     progress: Progress,
     place: RunPlace,
 ) -> Result<Outcome, RehearseError> {
-    let driver = KillDriver::new(profile.kills.clone(), processes.restartable())
-        .map_err(ProcessError::Invalid);
-    let outcome = match driver {
-        Ok(driver) => {
-            let extras = Extras {
+    let extras = KillDriver::new(profile.kills.clone(), processes.restartable())
+        .map_err(ProcessError::Invalid)
+        .and_then(|driver| {
+            Ok(Extras {
                 kills: Some(driver),
+                conductor: processes.conductor()?,
                 files: processes.log_files().to_vec(),
-            };
-            rehearse::run_with(&fleet, profile, progress, place, Some(extras)).await
-        }
+            })
+        });
+    // on any error, the fleet and the processes are stopped all the same
+    let outcome = match extras {
+        Ok(extras) => rehearse::run_with(&fleet, profile, progress, place, Some(extras)).await,
         Err(e) => Err(e.into()),
     };
     fleet.stop().await;

@@ -200,6 +200,15 @@ pub struct Profile {
     /// start again, as `INSTANCE@rush=FRACTION[,down_ms=MS]`
     /// ([`crate::kills`]).
     pub kills: Vec<KillSpec>,
+    /// A fault schedule carried out during the load: a built-in rehearsal
+    /// schedule's name (`faults::builtin`, e.g. `headline`) or a TOML file
+    /// ([`crate::conductor`]).
+    pub faults: Option<String>,
+    /// With `fleet = "processes"`: the private `redis-server` keeps an
+    /// append-only file (`appendonly yes`, fsync every second). `false` runs
+    /// it with no persistence at all, which only the zoo does: a restarted
+    /// server then forgets every seat.
+    pub redis_aof: bool,
     /// Backends of the local fleet.
     pub stack: StackProfile,
     /// When the in-process mock gateway's SNS webhooks (one per completed
@@ -267,6 +276,8 @@ impl Default for Profile {
             fleet: FleetKind::InProcess,
             booking_bin: None,
             kills: Vec::new(),
+            faults: None,
+            redis_aof: true,
             stack: StackProfile::default(),
             webhooks: Webhooks::AfterRush,
             target: None,
@@ -354,6 +365,12 @@ impl Profile {
                 k.instance, self.instances
             ));
         }
+        if !self.redis_aof && self.fleet != FleetKind::Processes {
+            return bad("redis_aof = false is for the process fleet's private redis-server".into());
+        }
+        if let Some((name, schedule)) = self.fault_schedule()? {
+            self.check_schedule(&name, &schedule)?;
+        }
         if self.settle.poll_ms == 0 {
             return bad("settle.poll_ms must be > 0".into());
         }
@@ -364,6 +381,86 @@ impl Profile {
         self.load
             .validate()
             .map_err(|e| ProfileError::Invalid(format!("load: {e}")))
+    }
+
+    /// The fault schedule `faults` names, read and validated: `(name,
+    /// schedule)`.
+    pub fn fault_schedule(&self) -> Result<Option<(String, faults::Schedule)>, ProfileError> {
+        self.faults
+            .as_deref()
+            .map(faults::builtin::rehearsal)
+            .transpose()
+            .map_err(|e| ProfileError::Invalid(format!("faults: {e}")))
+    }
+
+    /// Refuses a schedule this profile's fleet cannot carry out: process
+    /// faults without a process fleet, a Redis link without Redis, an
+    /// instance the fleet does not have, a relaxed bound that is not a
+    /// rehearsal threshold, a gateway rule the mock would refuse.
+    fn check_schedule(&self, name: &str, schedule: &faults::Schedule) -> Result<(), ProfileError> {
+        use faults::{Scope, Target};
+        let bad = |m: String| Err(ProfileError::Invalid(format!("faults {name}: {m}")));
+        if self.target.is_some() {
+            return bad("a remote target's processes and links are not ours to break: rehearse a local fleet".into());
+        }
+        let mut scopes = vec![Scope::Port, Scope::Link, Scope::Rules];
+        if self.fleet == FleetKind::Processes {
+            scopes.push(Scope::Process);
+        }
+        let harness = if self.fleet == FleetKind::Processes {
+            "the process fleet"
+        } else {
+            "the in-process fleet (--fleet processes carries out process faults)"
+        };
+        if let Err(e) = schedule.check_scopes(harness, &scopes) {
+            return bad(e.to_string());
+        }
+        if self.stack.kind == StackKind::Embedded
+            && schedule
+                .faults
+                .iter()
+                .any(|f| f.target == Target::RedisLink)
+        {
+            return bad("redis_link faults need a Redis stack (--stack redis)".into());
+        }
+        for f in &schedule.faults {
+            for label in f.instances.iter().flatten() {
+                if crate::conductor::instance_index(label, self.instances).is_none() {
+                    return bad(format!(
+                        "fault {:?} names {label:?}: this fleet has instance-0 to instance-{}",
+                        f.name,
+                        self.instances.saturating_sub(1)
+                    ));
+                }
+            }
+            if let Some(rule) = &f.rule {
+                let parsed: Result<mock_gateway::script::Rule, _> =
+                    serde_json::from_value(rule.clone());
+                let spec = parsed.map(|r| mock_gateway::ScriptSpec {
+                    seed: None,
+                    rules: vec![r],
+                });
+                if let Err(e) = spec
+                    .as_ref()
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| s.validate().map_err(|e| e.to_string()))
+                {
+                    return bad(format!(
+                        "fault {:?}: the mock gateway refuses its rule: {e}",
+                        f.name
+                    ));
+                }
+            }
+        }
+        for verdict in schedule.relax.keys() {
+            if !crate::thresholds::RELAXABLE.contains(&verdict.as_str()) {
+                return bad(format!(
+                    "relax {verdict:?}: only the rehearsal's latency and rate bounds can be relaxed ({}); the audit's invariants cannot",
+                    crate::thresholds::RELAXABLE.join(", ")
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The settings every instance runs with: the article's, with this hold,

@@ -33,6 +33,7 @@ use reports::{
 };
 use tokio::sync::watch;
 
+use crate::conductor::{self, Conductor};
 use crate::fleet::{Fleet, FleetError, Snapshot};
 use crate::kills::{self, KillDriver};
 use crate::load::{self, LiveStats, LoadConfig, LoadError, LoadResult, Targets};
@@ -100,6 +101,11 @@ pub struct Extras {
     /// Kills to fire during the load (their records become the report's
     /// faults and two verdicts).
     pub kills: Option<KillDriver>,
+    /// A fault schedule to carry out during the load (its windows become
+    /// the report's faults and bands; `faults_done` and
+    /// `server_errors_outside_faults` join the verdicts; its `[relax]`
+    /// bounds replace the profile's).
+    pub conductor: Option<Conductor>,
     /// Files of the run folder besides the report's (logs), by name.
     pub files: Vec<String>,
 }
@@ -151,7 +157,21 @@ pub async fn rehearse(profile: &Profile, progress: Progress) -> Result<Outcome, 
         return crate::processes::rehearse(profile, progress).await;
     }
     let fleet = Fleet::start(profile).await?;
-    let outcome = run_on(&fleet, profile, progress).await;
+    let outcome = match fleet.conductor() {
+        Ok(None) => run_on(&fleet, profile, progress).await,
+        Ok(Some(conductor)) => match RunPlace::new(profile) {
+            Ok(place) => {
+                let extras = Extras {
+                    kills: None,
+                    conductor: Some(conductor),
+                    files: Vec::new(),
+                };
+                run_with(&fleet, profile, progress, place, Some(extras)).await
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e.into()),
+    };
     fleet.stop().await;
     outcome
 }
@@ -357,9 +377,9 @@ pub async fn run_with(
         dir,
         started_at,
     } = place;
-    let (kills, extra_files) = match extras {
-        Some(e) => (e.kills, e.files),
-        None => (None, Vec::new()),
+    let (kills, conductor, extra_files) = match extras {
+        Some(e) => (e.kills, e.conductor, e.files),
+        None => (None, None, Vec::new()),
     };
     let mut clock = Clock::default();
     let say = |what: &str| {
@@ -423,6 +443,7 @@ pub async fn run_with(
     );
     let main = async {
         let load_start = ms_since(t0);
+        let load_started = Instant::now();
         let targets = Targets {
             booking_urls: fleet.booking_urls.clone(),
             gateway_url: fleet.gateway_url.clone(),
@@ -437,6 +458,20 @@ pub async fn run_with(
             let _ = load_done_tx.send(true);
             r
         };
+        let conductor_done = load_done_rx.clone();
+        let conduct = async {
+            match &conductor {
+                Some(c) => {
+                    say(&format!(
+                        "faults: {} ({} fault(s))",
+                        c.name,
+                        c.schedule.faults.len()
+                    ));
+                    c.run(load_started, conductor_done).await
+                }
+                None => Vec::new(),
+            }
+        };
         let fire = async {
             match &kills {
                 Some(k) => {
@@ -450,9 +485,22 @@ pub async fn run_with(
                 None => Vec::new(),
             }
         };
-        let (result, kill_records) = tokio::join!(load, fire);
+        let (result, kill_records, fault_records) = tokio::join!(load, fire, conduct);
         for r in &kill_records {
             say(&r.describe(t0));
+        }
+        for r in &fault_records {
+            say(&format!(
+                "fault {} ({} on {}): fired {}{}",
+                r.fault,
+                r.kind,
+                r.target,
+                r.fired,
+                r.error
+                    .as_deref()
+                    .map(|e| format!(", error: {e}"))
+                    .unwrap_or_default()
+            ));
         }
         let load_end = ms_since(t0);
         if profile.webhooks == Webhooks::AfterRush {
@@ -474,10 +522,13 @@ pub async fn run_with(
             closed,
             settled,
             kill_records,
+            fault_records,
         )
     };
-    let ((result, load_start, load_end, settle_end, closed, settled, kill_records), ()) =
-        tokio::join!(main, sampler);
+    let (
+        (result, load_start, load_end, settle_end, closed, settled, kill_records, fault_records),
+        (),
+    ) = tokio::join!(main, sampler);
     let result = result?;
     closed?;
     let (leftovers, settle_waited_ms, last) = settled?;
@@ -510,19 +561,48 @@ pub async fn run_with(
         settle_waited_ms,
         approved_told_not_paid: result.payments.approved_told_not_paid,
     };
-    let (mut invariants, gateway_ledger) = verdicts_with_ledger(fleet, profile, &measured).await?;
+    // a fault schedule relaxes the bounds it names, and says so
+    let (judged, relaxed) = match &conductor {
+        Some(c) => {
+            let (thresholds, relaxed) =
+                thresholds::relaxed(&profile.thresholds, &c.schedule.relax, &c.name);
+            let mut p = profile.clone();
+            p.thresholds = thresholds;
+            (std::borrow::Cow::Owned(p), relaxed)
+        }
+        None => (std::borrow::Cow::Borrowed(profile), Vec::new()),
+    };
+    let (mut invariants, gateway_ledger) = verdicts_with_ledger(fleet, &judged, &measured).await?;
     // Connection errors are not server errors (the load fails them over to
     // a live instance), so they are held to their own verdict on every run:
-    // none at all without kills, none outside a kill's window with them.
+    // none at all without kills or process faults, none outside their
+    // windows with them.
     let connection_errors = live.connection_error_times();
     if kills.is_some() {
         invariants.push(kills::kills_done(&kill_records, t0));
     }
-    invariants.push(kills::connection_errors_outside_kills(
+    let mut excused: Vec<(Instant, Option<Instant>)> = kill_records
+        .iter()
+        .filter_map(kills::KillRecord::window)
+        .collect();
+    excused.extend(conductor::windows(
+        &fault_records,
+        &[faults::Scope::Process],
+        kills::WINDOW_GRACE,
+    ));
+    invariants.push(kills::connection_errors_outside(
         &connection_errors,
-        &kill_records,
+        &excused,
         t0,
     ));
+    if conductor.is_some() {
+        invariants.push(conductor::faults_done(&fault_records));
+        invariants.push(conductor::server_errors_outside_faults(
+            &live.server_error_times(),
+            &fault_records,
+            t0,
+        ));
+    }
     clock.push("audit", audit_start, ms_since(t0));
 
     // report
@@ -549,8 +629,11 @@ pub async fn run_with(
             dead_letters: final_snap.dead_letters,
         },
         invariants,
-        faults: kills::faults(&kill_records, &connection_errors, t0),
-        relaxed: Vec::new(),
+        faults: kills::faults(&kill_records, &connection_errors, t0)
+            .into_iter()
+            .chain(conductor::report_faults(&fault_records, t0))
+            .collect(),
+        relaxed,
         timeline: sampled.timeline,
         files: result
             .goose_files

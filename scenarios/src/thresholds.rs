@@ -33,6 +33,37 @@ pub const BOOKING_P99: &str = "booking_p99_ms";
 pub const QUEUE_AGE: &str = "queue_age_max_ms";
 /// The name of the server-error threshold.
 pub const SERVER_ERRORS: &str = "server_error_pct";
+/// The bounds a fault schedule may relax (`[relax]`), by verdict name.
+pub const RELAXABLE: [&str; 4] = [RUSH_RATE, BOOKING_P99, QUEUE_AGE, SERVER_ERRORS];
+
+/// `thresholds` with a schedule's `relax` applied, and what was relaxed
+/// (`by`: the schedule's name). Names outside [`RELAXABLE`] are left alone
+/// (the profile refuses them before a run).
+pub fn relaxed(
+    thresholds: &Thresholds,
+    relax: &std::collections::BTreeMap<String, f64>,
+    by: &str,
+) -> (Thresholds, Vec<reports::Relaxed>) {
+    let mut t = thresholds.clone();
+    let mut out = Vec::new();
+    for (name, bound) in relax {
+        let slot = match name.as_str() {
+            RUSH_RATE => &mut t.rush_rate_min,
+            BOOKING_P99 => &mut t.booking_p99_ms_max,
+            QUEUE_AGE => &mut t.queue_age_ms_max,
+            SERVER_ERRORS => &mut t.server_error_pct_max,
+            _ => continue,
+        };
+        out.push(reports::Relaxed {
+            verdict: name.clone(),
+            bound: *bound,
+            default_bound: *slot,
+            by: by.to_owned(),
+        });
+        *slot = *bound;
+    }
+    (t, out)
+}
 /// The name of the at-cap invariant.
 pub const AT_CAP: &str = "at_cap_when_demand_exceeded";
 /// The name of the never-above-cap invariant.

@@ -305,7 +305,7 @@ async fn kill_9_of_an_instance_mid_rush_loses_nothing() {
     let place = RunPlace::new(&p).unwrap();
     let (fleet_processes, fleet) = ProcessFleet::start(&p, &place.dir).await.unwrap();
     let ports = fleet_processes.ports();
-    let redis_port = fleet_processes.redis_port().unwrap();
+    let redis_port = fleet_processes.redis_port().await.unwrap();
     assert_eq!(ports.len(), 2);
     assert_eq!(
         fleet_processes.ops_index(),

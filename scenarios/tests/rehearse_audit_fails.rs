@@ -178,6 +178,8 @@ fn swapped(
         instance: old.instance.clone(),
         status: old.status.clone(),
         bkash: old.bkash.clone(),
+        faults: None,
+        bare: None,
     }
 }
 

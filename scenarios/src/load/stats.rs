@@ -147,6 +147,7 @@ pub struct LiveStats {
     /// instance gone. Counted apart from [`LiveStats::server_errors`].
     pub connection_errors: AtomicU64,
     connection_error_at: Mutex<Vec<Instant>>,
+    server_error_at: Mutex<Vec<Instant>>,
     refused: Mutex<BTreeMap<String, u64>>,
     interval: Mutex<Histogram<u64>>,
     mark: Mutex<IntervalMark>,
@@ -163,6 +164,7 @@ impl Default for LiveStats {
             in_flight: AtomicU64::new(0),
             connection_errors: AtomicU64::new(0),
             connection_error_at: Mutex::new(Vec::new()),
+            server_error_at: Mutex::new(Vec::new()),
             refused: Mutex::new(BTreeMap::new()),
             interval: Mutex::new(histogram()),
             mark: Mutex::new(IntervalMark {
@@ -216,7 +218,13 @@ impl LiveStats {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if status.is_none_or(|s| s >= 500) {
             self.server_errors.fetch_add(1, Ordering::Relaxed);
+            self.server_error_at.lock().push(Instant::now());
         }
+    }
+
+    /// When each server error (5xx or no answer) was seen, in order.
+    pub fn server_error_times(&self) -> Vec<Instant> {
+        self.server_error_at.lock().clone()
     }
 
     /// A request failed with a connection error (counted as such, not as a

@@ -478,19 +478,21 @@ async fn redis_parts(config: &ServerConfig, clock: &Arc<dyn Clock>) -> Result<Pa
     )
     .await
     .map_err(|e| BuildError::RedisAdapter("records", e.to_string()))?;
-    let queue = RedisQueue::connect(
+    let queue = RedisQueue::connect_with(
         url,
         pool,
         &prefix,
         sale,
         clock.clone(),
         QueueConfig::from_settings(&settings),
+        &settings.bugs,
     )
     .await
     .map_err(|e| BuildError::RedisAdapter("queue", e.to_string()))?;
-    let outputs = RedisOutputs::connect(url, pool, &prefix, sale, clock.clone())
-        .await
-        .map_err(|e| BuildError::RedisAdapter("outputs", e.to_string()))?;
+    let outputs =
+        RedisOutputs::connect_with(url, pool, &prefix, sale, clock.clone(), &settings.bugs)
+            .await
+            .map_err(|e| BuildError::RedisAdapter("outputs", e.to_string()))?;
     let (r, q, o) = tokio::join!(records.warm(pool), queue.warm(pool), outputs.warm(pool));
     tracing::info!(
         records = r,
@@ -585,8 +587,9 @@ async fn build_with(
         StackKind::Redis | StackKind::Aws => {
             let url = &config.stack.redis_url;
             let pool = config.redis_pool_size();
-            let ledger = RedisLedger::connect(url, pool, &config.key_prefix).await?;
-            let coordination = RedisCoordination::connect(url, pool).await?;
+            let ledger =
+                RedisLedger::connect_with(url, pool, &config.key_prefix, &settings.bugs).await?;
+            let coordination = RedisCoordination::connect_with(url, pool, &settings.bugs).await?;
             // a flash sale starts with its burst: connect before it, not in it
             let (l, c) = tokio::join!(ledger.warm(pool), coordination.warm(pool));
             tracing::info!(ledger = l, coordination = c, "redis pools warmed");

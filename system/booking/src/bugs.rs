@@ -22,6 +22,7 @@
 //! | `email_before_paid` | the confirmation email goes out before the HELD→PAID update |
 //! | `no_stale_pending_cleanup` | the reconciler never undoes a stale pending admission, so a seat whose instance died between the admit and the queued booking stays counted forever |
 //! | `ignore_lost_redis_connection` | the Redis pool keeps handing out a connection whose command failed (I/O error, dropped link), so an instance never reconnects after Redis restarts |
+//! | `redis_without_persistence` | the ledger's Redis keeps no append-only file: a restart forgets every counted seat (the process fleet starts its `redis-server` so) |
 
 use std::collections::BTreeSet;
 
@@ -70,11 +71,15 @@ pub enum Bug {
     /// error or a dropped link instead of replacing it: after a Redis restart
     /// or a reset link the instance keeps failing on dead connections.
     IgnoreLostRedisConnection,
+    /// The ledger's Redis keeps nothing on disk (no append-only file): when
+    /// it restarts, every counted seat and hold is forgotten. Switched on,
+    /// the process fleet starts its `redis-server` without persistence.
+    RedisWithoutPersistence,
 }
 
 impl Bug {
     /// Every bug, in the table's order.
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::SmallRedisPool,
         Bug::RebookCountedAsDuplicate,
         Bug::UnguardedUndo,
@@ -89,6 +94,7 @@ impl Bug {
         Bug::EmailBeforePaid,
         Bug::NoStalePendingCleanup,
         Bug::IgnoreLostRedisConnection,
+        Bug::RedisWithoutPersistence,
     ];
 
     /// Its switch's name (`snake_case`, as in configuration files).
@@ -108,6 +114,7 @@ impl Bug {
             Bug::EmailBeforePaid => "email_before_paid",
             Bug::NoStalePendingCleanup => "no_stale_pending_cleanup",
             Bug::IgnoreLostRedisConnection => "ignore_lost_redis_connection",
+            Bug::RedisWithoutPersistence => "redis_without_persistence",
         }
     }
 
