@@ -984,6 +984,7 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].kind, ToxicKind::ResetPeer { timeout: 0 });
         assert!((t[0].toxicity - 0.2).abs() < 1e-6);
+        let (_, s) = faults::builtin::rehearsal("redis-link-blackhole").unwrap();
         let hole = s
             .faults
             .iter()
@@ -1011,5 +1012,98 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{name}/{}: {e}", f.name));
             }
         }
+    }
+
+    fn record(
+        fault: &str,
+        scope: Scope,
+        from_ms: u64,
+        to_ms: Option<u64>,
+        t0: Instant,
+    ) -> FaultRecord {
+        FaultRecord {
+            fault: fault.into(),
+            kind: "pause".into(),
+            target: "instance-1".into(),
+            window_ms: (from_ms, to_ms.unwrap_or(from_ms)),
+            opened_at: Some(t0 + Duration::from_millis(from_ms)),
+            closed_at: to_ms.map(|ms| t0 + Duration::from_millis(ms)),
+            fired: 1,
+            scope: Some(scope),
+            ..FaultRecord::default()
+        }
+    }
+
+    #[test]
+    fn errors_count_only_outside_the_windows_and_their_grace() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let records = [
+            record("paused", Scope::Process, 1_000, Some(2_000), t0),
+            record("slow", Scope::Port, 10_000, Some(11_000), t0),
+        ];
+        let process_only = windows(&records, &[Scope::Process], Duration::from_secs(1));
+        assert_eq!(process_only.len(), 1);
+        let errors = [
+            at(500),
+            at(1_500),
+            at(2_900),
+            at(3_100),
+            at(10_500),
+            at(13_900),
+            at(14_100),
+        ];
+        assert_eq!(
+            outside(&errors, &process_only),
+            [at(500), at(3_100), at(10_500), at(13_900), at(14_100)]
+        );
+        let v = server_errors_outside_faults(&errors, &records, t0);
+        // inside: 1_500 to 3_100 (paused + 3 s), 10_500 and 13_900 (slow + 3 s)
+        assert_eq!(v.figure, 2.0, "{v:?}");
+        assert!(!v.passed);
+        assert!(
+            v.detail.contains("500 ms") && v.detail.contains("14100 ms"),
+            "{}",
+            v.detail
+        );
+        assert!(server_errors_outside_faults(&errors[1..3], &records, t0).passed);
+        // a window that never closed excuses everything after it
+        let open = [record("dead", Scope::Process, 1_000, None, t0)];
+        assert!(
+            outside(
+                &errors[1..],
+                &windows(&open, &[Scope::Process], Duration::ZERO)
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn faults_are_done_only_when_opened_closed_and_clean_and_report_as_bands() {
+        let t0 = Instant::now();
+        let good = record("paused", Scope::Process, 1_000, Some(3_000), t0);
+        assert!(faults_done(std::slice::from_ref(&good)).passed);
+        let never = FaultRecord {
+            opened_at: None,
+            closed_at: None,
+            error: Some("the load ended before its window opened at 9000 ms".into()),
+            ..record("late", Scope::Process, 9_000, Some(10_000), t0)
+        };
+        let failed = FaultRecord {
+            error: Some("instance-1 never passed after_enqueue".into()),
+            ..good.clone()
+        };
+        let v = faults_done(&[good.clone(), never, failed]);
+        assert_eq!(v.figure, 2.0);
+        assert!(v.detail.contains("never passed"), "{}", v.detail);
+        let mut reacted = good;
+        reacted.reactions.insert("restarts".into(), 1);
+        let f = report_faults(&[reacted], t0);
+        assert_eq!((f[0].at_ms, f[0].duration_ms), (1_000, 2_000));
+        assert_eq!(
+            (f[0].fault.as_str(), f[0].kind.as_str(), f[0].fired),
+            ("paused", "pause", 1)
+        );
+        assert_eq!(f[0].reactions.get("restarts"), Some(&1));
     }
 }

@@ -795,4 +795,76 @@ mod tests {
         assert_eq!(candidates(1, 3), candidates(1, 3));
         assert_ne!(candidates(1, 3), candidates(2, 3));
     }
+
+    #[test]
+    fn a_fault_schedule_is_checked_against_the_fleet_that_carries_it_out() {
+        let load = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+            Profile::load(Some("ci"), &sets)
+        };
+        let processes = ["fleet=\"processes\"", "stack.kind=\"redis\"", "instances=3"];
+        let with = |extra: &str| {
+            let mut v = processes.to_vec();
+            v.push(extra);
+            load(&v)
+        };
+        let p = with("faults=\"kill-after-enqueue\"").unwrap();
+        let (name, schedule) = p.fault_schedule().unwrap().unwrap();
+        assert_eq!(name, "kill-after-enqueue");
+        assert_eq!(schedule.faults.len(), 1);
+        // process faults need the process fleet
+        let e = load(&["faults=\"kill-after-enqueue\""])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("kill-after-enqueue") && e.contains("process"),
+            "{e}"
+        );
+        // a Redis link needs Redis
+        let e = load(&["faults=\"link-trouble\""]).unwrap_err().to_string();
+        assert!(e.contains("Redis stack"), "{e}");
+        load(&["faults=\"ports-and-gateway\""]).unwrap();
+        // an instance the fleet does not have
+        let e = load(&[
+            "fleet=\"processes\"",
+            "stack.kind=\"redis\"",
+            "instances=1",
+            "faults=\"kill-after-enqueue\"",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("instance-1"), "{e}");
+        // unknown schedules, audit invariants relaxed, rules the mock refuses
+        assert!(with("faults=\"no-such\"").is_err());
+        let dir = std::env::temp_dir().join(format!("sellout-faults-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            let f = dir.join(name);
+            std::fs::write(&f, text).unwrap();
+            format!("faults={:?}", f.display().to_string())
+        };
+        let relax_audit = write(
+            "relax.toml",
+            "[relax]\none_email_per_paid = 3\n[[fault]]\nname = \"p\"\ntarget = \"redis_server\"\nstart_ms = 1\nduration_ms = 1\nkind = { type = \"pause\" }\n",
+        );
+        let e = with(&relax_audit).unwrap_err().to_string();
+        assert!(e.contains("cannot"), "{e}");
+        let bad_rule = write(
+            "rule.toml",
+            "[[fault]]\nname = \"r\"\ntarget = \"gateway_rules\"\nstart_ms = 1\nduration_ms = 1\nkind = { type = \"rule\" }\nrule = { op = \"execute\", action = { explode = 1 } }\n",
+        );
+        let e = with(&bad_rule).unwrap_err().to_string();
+        assert!(e.contains("refuses its rule"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+        // a remote target's processes are not ours
+        assert!(
+            load(&[
+                "target=\"http://127.0.0.1:1\"",
+                "faults=\"ports-and-gateway\""
+            ])
+            .is_err()
+        );
+        // only the process fleet runs a redis-server without persistence
+        assert!(load(&["redis_aof=false"]).is_err());
+    }
 }

@@ -470,4 +470,27 @@ mod tests {
         assert!(r.detail.ends_with("; and 15 more"), "{}", r.detail);
         assert_eq!(r.figure, 25.0);
     }
+
+    #[test]
+    fn a_schedule_relaxes_only_the_bounds_it_names_and_says_so() {
+        let relax = BTreeMap::from([
+            (BOOKING_P99.to_owned(), 2_500.0),
+            (RUSH_RATE.to_owned(), 1_500.0),
+            ("one_email_per_paid".to_owned(), 9.0),
+        ]);
+        let (t, relaxed) = relaxed(&thresholds(), &relax, "headline");
+        assert_eq!(t.booking_p99_ms_max, 2_500.0);
+        assert_eq!(t.rush_rate_min, 1_500.0);
+        assert_eq!(t.queue_age_ms_max, thresholds().queue_age_ms_max);
+        assert_eq!(t.audit, thresholds().audit, "the audit is never relaxed");
+        assert_eq!(relaxed.len(), 2);
+        let p99 = relaxed.iter().find(|r| r.verdict == BOOKING_P99).unwrap();
+        assert_eq!(
+            (p99.bound, p99.default_bound, p99.by.as_str()),
+            (2_500.0, 50.0, "headline")
+        );
+        // the relaxed bound is what the verdict then holds the figure to
+        assert!(booking_p99(&load(2_000.0, 2_400.0, 10, 0), &t).passed);
+        assert!(!booking_p99(&load(2_000.0, 2_400.0, 10, 0), &thresholds()).passed);
+    }
 }
