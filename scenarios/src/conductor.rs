@@ -52,8 +52,19 @@ pub const REACTIONS: &[(&str, &str)] = &[
     ("alerts", "booking_alerts_total"),
     ("orphans_recovered", "booking_orphans_recovered_total"),
     ("gateway_errors", "booking_gateway_errors_total"),
-    ("worker_messages", "booking_worker_messages_total"),
+    (
+        "redeliveries",
+        "booking_worker_messages_total{outcome=\"left\"}",
+    ),
+    (
+        "dead_letters",
+        "booking_worker_messages_total{outcome=\"dead_letter\"}",
+    ),
     ("deadline_refusals", "booking_deadline_expired_total"),
+    (
+        "admissions_refused_busy",
+        "booking_admissions_total{outcome=\"busy\"}",
+    ),
 ];
 
 /// A booking instance's label in schedules (`instances = ["instance-1"]`).
@@ -96,8 +107,9 @@ pub trait FleetControl: Send + Sync + std::fmt::Debug {
 }
 
 /// The fleet's faultable links: `netfault` proxies between the instances
-/// and Redis, and between the instances and the gateway. Dropping it closes
-/// the proxies.
+/// and Redis, and between the instances and the gateway, and (when asked)
+/// their toxiproxy-shaped HTTP API on a loopback port, for a toxiproxy
+/// client during a manual rehearsal. Dropping the last clone stops the API.
 #[derive(Debug, Clone)]
 pub struct Links {
     /// The proxies.
@@ -106,6 +118,19 @@ pub struct Links {
     pub redis_url: Option<String>,
     /// Where the instances reach the gateway through the proxy.
     pub gateway_url: Option<String>,
+    /// Where the toxiproxy API answers, if served.
+    pub api: Option<SocketAddr>,
+    _api_task: Option<Arc<AbortOnDrop>>,
+}
+
+/// Aborts a task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 async fn proxy(
@@ -130,15 +155,29 @@ async fn proxy(
 impl Links {
     /// Proxies for the links `schedule` faults: Redis at `redis` (when the
     /// schedule has `redis_link` faults), the gateway at `gateway` (for
-    /// `gateway_link` faults). `None` when it has neither.
+    /// `gateway_link` faults). With `api` (a loopback address), both links
+    /// (Redis when there is one) whatever the schedule, and their
+    /// toxiproxy-shaped API served there. `None` when there is nothing to
+    /// proxy.
     pub async fn start(
-        schedule: &Schedule,
+        schedule: Option<&Schedule>,
         redis: Option<SocketAddr>,
         gateway: SocketAddr,
+        api: Option<SocketAddr>,
     ) -> Result<Option<Links>, String> {
-        let wants = |t: Target| schedule.faults.iter().any(|f| f.target == t);
+        let wants = |t: Target| {
+            api.is_some() && (t == Target::GatewayLink || redis.is_some())
+                || schedule.is_some_and(|s| s.faults.iter().any(|f| f.target == t))
+        };
         if !wants(Target::RedisLink) && !wants(Target::GatewayLink) {
             return Ok(None);
+        }
+        if let Some(a) = api
+            && !a.ip().is_loopback()
+        {
+            return Err(format!(
+                "the toxiproxy API listens on loopback only, not {a}"
+            ));
         }
         let netfault = Netfault::new();
         let redis_url = match (wants(Target::RedisLink), redis) {
@@ -157,10 +196,25 @@ impl Links {
         } else {
             None
         };
+        let (api, task) = match api {
+            None => (None, None),
+            Some(listen) => {
+                let (addr, task) = netfault::serve(netfault.clone(), listen)
+                    .await
+                    .map_err(|e| format!("serving the toxiproxy API on {listen}: {e}"))?;
+                tracing::info!(%addr, "toxiproxy API of the fleet's links");
+                eprintln!(
+                    "links: toxiproxy API on http://{addr} (proxies {REDIS_PROXY:?}, {GATEWAY_PROXY:?})"
+                );
+                (Some(addr), Some(Arc::new(AbortOnDrop(task))))
+            }
+        };
         Ok(Some(Links {
             netfault,
             redis_url,
             gateway_url,
+            api,
+            _api_task: task,
         }))
     }
 }
@@ -290,14 +344,24 @@ fn toxics_of(f: &FaultSpec) -> Result<Vec<Toxic>, String> {
         .collect())
 }
 
-/// Sums every sample of `metric` in a Prometheus text exposition.
+/// Sums every sample of `metric` in a Prometheus text exposition; a
+/// `metric` of the form `name{label="value"}` sums only the samples with
+/// that label.
 pub fn metric_sum(text: &str, metric: &str) -> f64 {
+    let (want, label) = match metric.split_once('{') {
+        Some((name, rest)) => (name, Some(rest.trim_end_matches('}'))),
+        None => (metric, None),
+    };
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let (name_labels, value) = l.rsplit_once(' ')?;
-            let name = name_labels.split('{').next()?.trim();
-            (name == metric).then(|| value.trim().parse::<f64>().ok())?
+            let (name, labels) = match name_labels.split_once('{') {
+                Some((n, rest)) => (n.trim(), rest.trim_end_matches('}')),
+                None => (name_labels.trim(), ""),
+            };
+            let labelled = label.is_none_or(|want| labels.split(',').any(|l| l.trim() == want));
+            (name == want && labelled).then(|| value.trim().parse::<f64>().ok())?
         })
         .sum()
 }
@@ -961,6 +1025,8 @@ mod tests {
         assert_eq!(metric_sum(text, "booking_undos_total"), 7.0);
         assert_eq!(metric_sum(text, "booking_releases_total"), 2.0);
         assert_eq!(metric_sum(text, "nothing"), 0.0);
+        assert_eq!(metric_sum(text, "booking_undos_total{reason=\"b\"}"), 4.0);
+        assert_eq!(metric_sum(text, "booking_undos_total{reason=\"c\"}"), 0.0);
     }
 
     #[test]

@@ -273,6 +273,9 @@ pub struct Fleet {
     /// The profile's fault schedule and the proxies of the links it faults
     /// (in process: port faults, links and gateway rules).
     faults: Option<(String, faults::Schedule, Option<Links>)>,
+    /// The links' proxies (a schedule's link faults, or the toxiproxy API
+    /// asked for): kept open while the fleet runs.
+    links: Option<Links>,
 }
 
 /// The fleet's webhook endpoint: the first instance's (as a load balancer
@@ -366,6 +369,7 @@ impl Fleet {
                 }),
                 redis: None,
                 faults: None,
+                links: None,
             }),
             None => Fleet::start_local(profile, sale, caps, overdue_after).await,
         }
@@ -419,27 +423,27 @@ impl Fleet {
         let schedule = profile
             .fault_schedule()
             .map_err(|e| FleetError::Invalid(e.to_string()))?;
-        let faults = match schedule {
-            None => None,
-            Some((name, schedule)) => {
-                let redis = match profile.stack.kind {
-                    StackKind::Embedded => None,
-                    _ => crate::conductor::redis_addr(&config.stack.redis_url).await,
-                };
-                let links = Links::start(&schedule, redis, mock.addr)
-                    .await
-                    .map_err(FleetError::Invalid)?;
-                if let Some(l) = &links {
-                    if let Some(url) = &l.redis_url {
-                        config.stack.redis_url = url.clone();
-                    }
-                    if let Some(url) = &l.gateway_url {
-                        config.gateway.base_url = url.clone();
-                    }
-                }
-                Some((name, schedule, links))
-            }
+        let redis_upstream = match profile.stack.kind {
+            StackKind::Embedded => None,
+            _ => crate::conductor::redis_addr(&config.stack.redis_url).await,
         };
+        let links = Links::start(
+            schedule.as_ref().map(|(_, s)| s),
+            redis_upstream,
+            mock.addr,
+            profile.links_api,
+        )
+        .await
+        .map_err(FleetError::Invalid)?;
+        if let Some(l) = &links {
+            if let Some(url) = &l.redis_url {
+                config.stack.redis_url = url.clone();
+            }
+            if let Some(url) = &l.gateway_url {
+                config.gateway.base_url = url.clone();
+            }
+        }
+        let faults = schedule.map(|(name, schedule)| (name, schedule, links.clone()));
         if profile.stack.kind == StackKind::Aws {
             // fresh resources per run: records and queues have no clear
             // operation (see ops::reset)
@@ -495,7 +499,14 @@ impl Fleet {
             remote: None,
             redis,
             faults,
+            links,
         })
+    }
+
+    /// The proxies of the fleet's links, if it has any (a schedule's link
+    /// faults, or the toxiproxy API asked for).
+    pub fn links(&self) -> Option<&Links> {
+        self.links.as_ref()
     }
 
     /// The conductor of the profile's fault schedule on this in-process

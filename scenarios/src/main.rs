@@ -77,6 +77,11 @@ struct RehearseArgs {
     /// processes`.
     #[arg(long, value_name = "NAME|FILE")]
     faults: Option<String>,
+    /// Put the Redis and gateway links behind proxies and serve their
+    /// toxiproxy-shaped HTTP API here (e.g. 127.0.0.1:8474), so a toxiproxy
+    /// client adds toxics by hand while the rehearsal runs.
+    #[arg(long, value_name = "ADDR")]
+    toxiproxy_api: Option<std::net::SocketAddr>,
     /// Rehearse the deployment at this base URL instead (its /ops/ routes).
     #[arg(long)]
     target: Option<String>,
@@ -132,6 +137,9 @@ impl RehearseArgs {
         }
         if let Some(f) = &self.faults {
             sets.push(format!("faults={}", quote(f)));
+        }
+        if let Some(a) = &self.toxiproxy_api {
+            sets.push(format!("links_api={}", quote(&a.to_string())));
         }
         if let Some(t) = &self.target {
             sets.push(format!("target={}", quote(t)));

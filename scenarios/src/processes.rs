@@ -704,12 +704,14 @@ impl ProcessFleet {
         base.admin_token = Some(admin_token.clone());
         fleet.admin_token = admin_token.clone();
         fleet.mock_url = mock.url.clone();
-        if let Some((_, schedule)) = &fleet.faults {
-            // the links the schedule faults go through proxies
+        {
+            // the links the schedule faults (or every link, with the
+            // toxiproxy API asked for) go through proxies
             fleet.links = Links::start(
-                schedule,
+                fleet.faults.as_ref().map(|(_, s)| s),
                 Some(std::net::SocketAddr::from(([127, 0, 0, 1], redis_port))),
                 mock.addr,
+                profile.links_api,
             )
             .await
             .map_err(ProcessError::Invalid)?;

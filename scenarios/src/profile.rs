@@ -204,6 +204,11 @@ pub struct Profile {
     /// schedule's name (`faults::builtin`, e.g. `headline`) or a TOML file
     /// ([`crate::conductor`]).
     pub faults: Option<String>,
+    /// Serve the fleet's link proxies' toxiproxy-shaped HTTP API on this
+    /// loopback address (e.g. `127.0.0.1:8474`), the Redis and gateway links
+    /// through proxies whatever the schedule, so a toxiproxy client adds
+    /// toxics by hand during the rehearsal.
+    pub links_api: Option<std::net::SocketAddr>,
     /// With `fleet = "processes"`: the private `redis-server` keeps an
     /// append-only file (`appendonly yes`, fsync every second). `false` runs
     /// it with no persistence at all, which only the zoo does: a restarted
@@ -277,6 +282,7 @@ impl Default for Profile {
             booking_bin: None,
             kills: Vec::new(),
             faults: None,
+            links_api: None,
             redis_aof: true,
             stack: StackProfile::default(),
             webhooks: Webhooks::AfterRush,
@@ -367,6 +373,13 @@ impl Profile {
         }
         if !self.redis_aof && self.fleet != FleetKind::Processes {
             return bad("redis_aof = false is for the process fleet's private redis-server".into());
+        }
+        if let Some(a) = self.links_api
+            && (!a.ip().is_loopback() || self.target.is_some())
+        {
+            return bad(format!(
+                "links_api {a}: a loopback address, on a local fleet"
+            ));
         }
         if let Some((name, schedule)) = self.fault_schedule()? {
             self.check_schedule(&name, &schedule)?;
