@@ -6,6 +6,7 @@
 //!   each the prelude (key order, the stored encoding, `settle`) plus its
 //!   body; loaded once, run by SHA.
 //! - `wire`: the stored encoding and the scripts' answers, read back.
+//! - [`time`]: whose clock the scripts read ([`QueueTime`]).
 //! - [`queue`]: the adapter: limits, script calls, long polling.
 //!
 //! # Semantics
@@ -33,11 +34,17 @@
 //! Every script first applies the passage of time (`settle`: forget
 //! deduplication IDs past the window, bring back or dead-letter the
 //! messages whose visibility ran out), then acts; a script is atomic, so two
-//! processes never see half an operation. The time is the injected
-//! [`booking::Clock`]'s, passed as `ARGV[1]` (never the server's `TIME`), so a
-//! test moves it by hand and the simulator runs in virtual time; the
-//! fleet's processes read NTP-synchronised clocks, and a skew between them
-//! shifts a visibility or a window by that skew. The configuration
+//! processes never see half an operation. The time ([`QueueTime`]) is the
+//! server's when the queue is given the system clock, as SQS's is: the
+//! script reads `TIME` as it runs, so a visibility timeout, a window or a
+//! send time counts from when the server handled the call, whatever the
+//! call waited before (a pool, a stalled or busy server: a time read by the
+//! client when it issued the call would be stale by that wait, and a receive
+//! issued during a stall would hide its messages until a deadline already
+//! past), and every process of a fleet counts on one clock. Any other
+//! [`booking::Clock`] (a test's manual clock, a simulator's virtual time) is
+//! read when a call is issued and passed as `ARGV[1]`, so a test moves time
+//! by hand. The configuration
 //! ([`booking::queue::QueueConfig`]) is passed with every call too: every
 //! process of a fleet runs with the same settings.
 //!
@@ -133,6 +140,8 @@
 
 pub mod queue;
 mod scripts;
+pub mod time;
 mod wire;
 
 pub use queue::{ConnectError, RedisQueue};
+pub use time::QueueTime;

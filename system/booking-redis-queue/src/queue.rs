@@ -1,6 +1,7 @@
 //! [`RedisQueue`]: the adapter. Checks the limits, runs one script per
-//! operation with the injected clock's time, reads the answer back, and
-//! long-polls (see the crate docs for why by polling).
+//! operation on the queue's time ([`QueueTime`]: the server's, or an
+//! injected clock's), reads the answer back, and long-polls (see the crate
+//! docs for why by polling).
 
 use std::ops::DerefMut;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use redis::{RedisError, Script, ScriptInvocation, Value};
 use tokio::sync::Notify;
 
 use crate::scripts::Scripts;
+use crate::time::QueueTime;
 use crate::wire;
 
 /// The first pause of an empty long poll before it looks again.
@@ -95,7 +97,7 @@ pub struct RedisQueue {
     pool: Pool,
     keys: [String; 10],
     scripts: Scripts,
-    clock: Arc<dyn Clock>,
+    time: QueueTime,
     config: QueueConfig,
     /// Something this instance did may have made a message receivable.
     changed: Notify,
@@ -106,6 +108,7 @@ impl std::fmt::Debug for RedisQueue {
         let status = self.pool.status();
         f.debug_struct("RedisQueue")
             .field("keys", &self.keys[0])
+            .field("time", &self.time)
             .field("config", &self.config)
             .field("pool_size_max", &status.max_size)
             .field("pool_size", &status.size)
@@ -120,7 +123,9 @@ fn unavailable(e: RedisError) -> QueueError {
 
 impl RedisQueue {
     /// Connects with a pool of at most `pool_size` connections, to the queue
-    /// of `sale` under `prefix`, reading the time from `clock`. Loads every
+    /// of `sale` under `prefix`, on the time of `clock` ([`QueueTime::of`]:
+    /// the system clock means the server's `TIME`, read when each script
+    /// runs; another clock is read when a call is issued). Loads every
     /// script once, so a wrong URL or a server that refuses scripts fails
     /// here. Every process of a fleet connects with the same configuration
     /// (it is passed with each call, not stored on the server).
@@ -164,7 +169,7 @@ impl RedisQueue {
             pool,
             keys: KEY_NAMES.map(|name| sale_key(prefix, sale, name)),
             scripts: Scripts::new(),
-            clock,
+            time: QueueTime::of(clock),
             config,
             changed: Notify::new(),
         };
@@ -194,14 +199,20 @@ impl RedisQueue {
             .map_err(|e| QueueError::Unavailable(format!("no redis connection: {e}")))
     }
 
-    /// A script call: the ten keys, then now, the window and the receive
-    /// limit (`ARGV[1..3]`); the caller adds its own arguments.
+    /// Where the scripts read the time.
+    pub fn time(&self) -> &QueueTime {
+        &self.time
+    }
+
+    /// A script call: the ten keys, then the time (the client's now, or the
+    /// server's), the window and the receive limit (`ARGV[1..3]`); the
+    /// caller adds its own arguments.
     fn call<'a>(&self, script: &'a Script) -> ScriptInvocation<'a> {
         let mut call = script.prepare_invoke();
         for key in &self.keys {
             call.key(key);
         }
-        call.arg(self.clock.now_ms())
+        call.arg(self.time.arg())
             .arg(self.config.deduplication_window.as_millis() as u64)
             .arg(self.config.receives_max);
         call
@@ -311,15 +322,18 @@ impl Queue for RedisQueue {
     }
 
     async fn oldest_age(&self) -> Result<Option<Duration>, QueueError> {
-        let now_ms = self.clock.now_ms();
-        let (_, _, oldest) = wire::read_stats(self.run(&self.call(&self.scripts.stats)).await?)?;
-        Ok(oldest.map(|sent_ms| Duration::from_millis(now_ms.saturating_sub(sent_ms))))
+        let stats = wire::read_stats(self.run(&self.call(&self.scripts.stats)).await?)?;
+        Ok(stats
+            .oldest_ms
+            .map(|sent_ms| Duration::from_millis(stats.now_ms.saturating_sub(sent_ms))))
     }
 
     async fn depth(&self) -> Result<QueueDepth, QueueError> {
-        let (visible, in_flight, _) =
-            wire::read_stats(self.run(&self.call(&self.scripts.stats)).await?)?;
-        Ok(QueueDepth { visible, in_flight })
+        let stats = wire::read_stats(self.run(&self.call(&self.scripts.stats)).await?)?;
+        Ok(QueueDepth {
+            visible: stats.visible,
+            in_flight: stats.in_flight,
+        })
     }
 
     async fn dead_letters(&self) -> Result<Vec<Message>, QueueError> {

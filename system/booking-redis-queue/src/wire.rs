@@ -92,23 +92,42 @@ pub(crate) fn read_batch(value: Value) -> Result<Vec<Received>, QueueError> {
         .collect()
 }
 
-/// The stats script's answer: `{visible, in flight, oldest sent ms or ''}`.
-pub(crate) fn read_stats(value: Value) -> Result<(u64, u64, Option<u64>), QueueError> {
+/// The stats script's answer, read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stats {
+    /// Messages not in flight.
+    pub(crate) visible: u64,
+    /// Messages in flight.
+    pub(crate) in_flight: u64,
+    /// When the oldest message not deleted was sent, if there is one.
+    pub(crate) oldest_ms: Option<u64>,
+    /// The script's time: what the oldest message's age is counted to.
+    pub(crate) now_ms: u64,
+}
+
+/// The stats script's answer: `{visible, in flight, oldest sent ms or '',
+/// now ms}`.
+pub(crate) fn read_stats(value: Value) -> Result<Stats, QueueError> {
     let mut fields = array(value)?.into_iter();
-    let (Some(visible), Some(in_flight), Some(oldest)) =
-        (fields.next(), fields.next(), fields.next())
+    let (Some(visible), Some(in_flight), Some(oldest), Some(now)) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
     else {
-        return Err(corrupt("stats without their three fields"));
+        return Err(corrupt("stats without their four fields"));
     };
     let count =
         |v: Value| u64::try_from(int(v)?).map_err(|_| corrupt("a negative count of messages"));
     let oldest = bytes(oldest)?;
-    let oldest = if oldest.is_empty() {
+    let oldest_ms = if oldest.is_empty() {
         None
     } else {
         Some(read_ms(&oldest)?)
     };
-    Ok((count(visible)?, count(in_flight)?, oldest))
+    Ok(Stats {
+        visible: count(visible)?,
+        in_flight: count(in_flight)?,
+        oldest_ms,
+        now_ms: read_ms(&bytes(now)?)?,
+    })
 }
 
 #[cfg(test)]
@@ -167,17 +186,34 @@ mod tests {
                 Value::Int(3),
                 Value::Int(1),
                 Value::BulkString(oldest.as_bytes().to_vec()),
+                Value::BulkString(b"50".to_vec()),
             ])
         };
-        assert_eq!(read_stats(answer("42")).unwrap(), (3, 1, Some(42)));
-        assert_eq!(read_stats(answer("")).unwrap(), (3, 1, None));
+        let stats = |oldest_ms| Stats {
+            visible: 3,
+            in_flight: 1,
+            oldest_ms,
+            now_ms: 50,
+        };
+        assert_eq!(read_stats(answer("42")).unwrap(), stats(Some(42)));
+        assert_eq!(read_stats(answer("")).unwrap(), stats(None));
         assert!(
             read_stats(Value::Array(vec![
                 Value::Int(-1),
                 Value::Int(0),
-                Value::BulkString(vec![])
+                Value::BulkString(vec![]),
+                Value::BulkString(b"50".to_vec()),
             ]))
             .is_err()
+        );
+        assert!(
+            read_stats(Value::Array(vec![
+                Value::Int(3),
+                Value::Int(1),
+                Value::BulkString(vec![]),
+            ]))
+            .is_err(),
+            "the script's time is part of the answer"
         );
     }
 }

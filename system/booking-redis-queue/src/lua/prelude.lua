@@ -12,8 +12,9 @@
 --   8 recv     hash   seq -> receives so far
 --   9 dedup    zset   `<group> <deduplication id>`, scored by the first send's ms
 --  10 dead     list   message json: the dead-letter queue, oldest first
--- ARGV: 1 now_ms, 2 deduplication window ms, 3 receives max, then the
--- script's own.
+-- ARGV: 1 now: the client's ms, or 'server' for the server's TIME when the
+-- script runs; 2 deduplication window ms, 3 receives max, then the script's
+-- own.
 --
 -- A seq is the message number as 16 zero-padded digits, so lexical order is
 -- send order everywhere. Group and deduplication IDs are printable ASCII
@@ -23,8 +24,24 @@ local K_IDS, K_MSGS, K_ORDER, K_GROUPS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_READY, K_VIS, K_HELD, K_RECV = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_DEDUP, K_DEAD = KEYS[9], KEYS[10]
 
-local NOW_S = ARGV[1]
-local NOW = tonumber(ARGV[1])
+-- the time every step of this script counts with. On the real clock it is
+-- the server's, read as the script runs (a time the client read when it
+-- issued the call is stale by however long the call waited: a receive would
+-- hide its messages until a deadline already past). TIME is allowed in a
+-- script under effects replication (Redis >= 5, the only mode since 7).
+local function now_ms()
+  if ARGV[1] == 'server' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local ms = tonumber(ARGV[1])
+  if not ms then
+    error({ err = 'ERR queue time neither ms nor server: ' .. tostring(ARGV[1]) })
+  end
+  return ms
+end
+local NOW = now_ms()
+local NOW_S = string.format('%d', NOW)
 local WINDOW = tonumber(ARGV[2])
 local RECEIVES_MAX = tonumber(ARGV[3])
 -- messages whose visibility ran out handled per call at most; the rest on
