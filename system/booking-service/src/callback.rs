@@ -336,6 +336,7 @@ async fn confirmed(
     trx_id: &str,
 ) -> CallbackOutcome {
     let request = PaidRequest {
+        sale: copy.sale.clone(),
         candidate: copy.candidate.clone(),
         payment_id: copy.payment_id.clone(),
         trx_id: Some(trx_id.to_owned()),

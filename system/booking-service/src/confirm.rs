@@ -3,16 +3,32 @@
 //!
 //! [`mark_paid`] runs, in this order:
 //!
-//! 1. `RecordStore::mark_paid`: succeeds only if the record is HELD with this
+//! 1. `Ledger::mark_paid` (payment-guarded; retried once): the seat becomes
+//!    permanent in the ledger, which owns the seats. **The ledger goes
+//!    first**: a HELD record with this payment does *not* prove that the
+//!    ledger still holds its seat. A HELD record can outlive its hold: the
+//!    reconciler releases the ledger before it deletes the record, the
+//!    worker's liveness read can be overtaken by a release before its put,
+//!    and the reconciler's orphan sweep can re-create the record of a hold
+//!    that the TTL safety net is releasing at that moment (a chaos rehearsal
+//!    found this one: the net released a completed payment's seat while the
+//!    reconciler lagged, the orphan sweep re-created its record, and the
+//!    reconciler's query then marked that record PAID: a PAID booking with
+//!    no seat in the ledger). `NoMatch` means the seat is not this
+//!    payment's any more: nothing is written
+//!    ([`MarkPaidOutcome::SeatNotHeld`]) and a human is alerted
+//!    (`paid_after_release`: money moved for a released seat). A ledger
+//!    that cannot answer ([`LedgerMark::Failed`]) does not stop the step:
+//!    the payment completed, and a PAID record (which carries no TTL) is
+//!    what keeps the blind safety net from releasing a paid seat; the seat
+//!    stays counted as held, and the reconciler's orphan sweep marks it
+//!    paid in the ledger once the hold is past its deadline (so does any
+//!    later confirm path).
+//! 2. `RecordStore::mark_paid`: succeeds only if the record is HELD with this
 //!    payment; it sets PAID and removes the TTL attribute. **Winning this
 //!    conditional update decides who goes on**: every other path gets
 //!    "already paid" ([`MarkPaidOutcome::AlreadyPaid`]) and sends nothing.
-//! 2. `Ledger::mark_paid` (payment-guarded; retried once): the seat is now
-//!    permanent in the ledger too. `NoMatch` here means the ledger hold is
-//!    gone (the reconciler released the seat between its own ledger release
-//!    and its record delete, while this payment completed): money moved for
-//!    a released seat, so a human is alerted (`paid_after_release`).
-//! 3. `Mailer::send`, never before step 1.
+//! 3. `Mailer::send`, never before step 2.
 //! 4. `RecordStore::mark_emailed`: the email is no longer owed.
 //!
 //! An email is never lost: a PAID record whose email is not marked sent is
@@ -23,12 +39,14 @@
 //! no other.
 //!
 //! Crash windows, honestly:
-//! - after 1, before 2: the record is PAID, the ledger still shows the hold
-//!   as held (the seat stays counted, so no seat is lost or sold twice). Any
-//!   later confirm path for the same payment gets `AlreadyPaid` and repeats
-//!   the (idempotent) ledger step, which repairs it; the audit shows the
-//!   difference until then.
-//! - after 1, before 3 (or the mailer fails, alerted as `email_failed`):
+//! - after 1, before 2: the ledger has the seat paid, the record is still
+//!   HELD (or not written yet). The seat is counted, and no release can
+//!   touch a paid candidate. Any later confirm path, or the reconciler's
+//!   query (it decides every HELD record), repeats the idempotent ledger
+//!   step and wins the HELD→PAID update. The worker writes a queued
+//!   admission whose seat the ledger has paid, so a fast payer's record
+//!   comes too.
+//! - after 2, before 3 (or the mailer fails, alerted as `email_failed`):
 //!   the record is PAID with its email owed; the sweep sends it.
 //! - after 3, before 4 (or the mark fails): the email went out and is still
 //!   owed; the sweep sends it again, marked `recovered`: the one repeat
@@ -40,15 +58,15 @@
 //! at admission (`keys::booking_copy`), in this order:
 //!
 //! 1. `Ledger::mark_paid` (payment-guarded; the same [`ledger_mark_paid`],
-//!    tried twice). **The ledger goes first here**, unlike in [`mark_paid`]:
-//!    there, a record HELD with this payment proves the hold is live; here
-//!    there is no record, and "no record" may also mean the reconciler
-//!    released the hold. Only the ledger, which owns the seats, can tell:
-//!    `NoMatch` means the seat is not held for this payment any more, so
-//!    nothing is written (a released booking is never resurrected) and a
-//!    human is alerted (`paid_after_release`). A ledger that cannot answer
-//!    writes nothing either: the worker writes the HELD record later and the
-//!    reconciler's query marks it paid.
+//!    tried twice). **The ledger goes first**, as in [`mark_paid`]: "no
+//!    record" may also mean the reconciler released the hold, and only the
+//!    ledger, which owns the seats, can tell: `NoMatch` means the seat is
+//!    not held for this payment any more, so nothing is written (a released
+//!    booking is never resurrected) and a human is alerted
+//!    (`paid_after_release`). A ledger that cannot answer writes nothing
+//!    here (unlike in [`mark_paid`], there is no HELD record the TTL could
+//!    delete): the worker writes the HELD record later and the reconciler's
+//!    query marks it paid.
 //! 2. `RecordStore::put(PAID, NotExists)`: a PAID record carries no TTL
 //!    ([`BookingRecord::into_paid`]). If the condition fails, a consistent
 //!    read classifies the conflict exactly as the worker would
@@ -97,6 +115,8 @@ pub struct ConfirmPorts<'a> {
 /// What to mark paid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaidRequest {
+    /// The sale of the booking (the ledger's seats are per sale).
+    pub sale: SaleId,
     /// Whose booking.
     pub candidate: CandidateHash,
     /// The payment the gateway confirmed.
@@ -116,10 +136,11 @@ pub enum LedgerMark {
     Done,
     /// The ledger already had this candidate paid.
     AlreadyPaid,
-    /// No held hold with this payment: the seat was released (alerted when
-    /// this path won).
+    /// No held hold with this payment: the seat was released (alerted;
+    /// [`mark_paid`] then writes nothing).
     NoMatch,
-    /// The ledger could not answer; the record is PAID regardless.
+    /// The ledger could not answer; the record is PAID regardless (the
+    /// reconciler's orphan sweep marks the ledger later).
     Failed(LedgerError),
 }
 
@@ -171,11 +192,17 @@ pub enum MarkPaidOutcome {
     },
     /// No HELD record with this payment: no record (the worker has not
     /// written it yet, or the hold was released), or another payment's record.
-    /// Nothing changed.
+    /// No record changed; the ledger has the seat paid when it held it for
+    /// this payment (step 1), so the fast payer's record can follow.
     NotHeld {
         /// The record as the condition saw it.
         current: Option<BookingRecord>,
     },
+    /// The ledger holds no seat for this payment (released, or another
+    /// booking's): nothing was written, not even on a HELD record with this
+    /// payment (a record that outlived its hold), and a human was alerted
+    /// (`paid_after_release`: the money moved for a seat that is not held).
+    SeatNotHeld,
 }
 
 impl MarkPaidOutcome {
@@ -190,7 +217,7 @@ impl MarkPaidOutcome {
             MarkPaidOutcome::Won { record, .. } | MarkPaidOutcome::AlreadyPaid { record, .. } => {
                 record.paid_by
             }
-            MarkPaidOutcome::NotHeld { .. } => None,
+            MarkPaidOutcome::NotHeld { .. } | MarkPaidOutcome::SeatNotHeld => None,
         }
     }
 }
@@ -281,13 +308,9 @@ pub async fn alert(
     }
 }
 
-/// The ledger step for `record`'s booking.
-async fn record_ledger_mark_paid(ledger: &dyn Ledger, record: &BookingRecord) -> LedgerMark {
-    ledger_mark_paid(ledger, &record.sale, &record.candidate, &record.payment_id).await
-}
-
-/// The HELD→PAID step. See the module documentation for the order and the
-/// crash windows. Idempotent: a second call for the same payment returns
+/// The HELD→PAID step: the ledger first, then the conditional update. See
+/// the module documentation for the order and the crash windows.
+/// Idempotent: a second call for the same payment returns
 /// [`MarkPaidOutcome::AlreadyPaid`] and sends nothing.
 pub async fn mark_paid(
     ports: ConfirmPorts<'_>,
@@ -298,6 +321,64 @@ pub async fn mark_paid(
     } else {
         false
     };
+    // which record is there decides whether the ledger is asked: a HELD
+    // record with this payment is claimed after the ledger's mark; without
+    // one nothing is touched here (the fast payer's copy, the worker and the
+    // reconciler's orphan sweep take it from there, as before)
+    let current = ports
+        .records
+        .get(&request.candidate, true)
+        .await
+        .map_err(ConfirmError::Records)?;
+    let ours = |status| {
+        current
+            .as_ref()
+            .is_some_and(|r| r.status == status && r.payment_id == request.payment_id)
+    };
+    let (held, paid) = (ours(RecordStatus::Held), ours(RecordStatus::Paid));
+    if !held && !paid {
+        tracing::info!(candidate = %request.candidate, payment = %request.payment_id,
+            path = ?request.path, "HELD→PAID refused: no HELD record with this payment");
+        return Ok(MarkPaidOutcome::NotHeld { current });
+    }
+    let ledger = ledger_mark_paid(
+        ports.ledger,
+        &request.sale,
+        &request.candidate,
+        &request.payment_id,
+    )
+    .await;
+    if let (true, Some(record)) = (paid, &current) {
+        // another path won: its ledger step is repeated (idempotent)
+        tracing::debug!(candidate = %record.candidate, payment = %record.payment_id,
+            path = ?request.path, winner = ?record.paid_by, ?ledger, "already paid");
+        return Ok(MarkPaidOutcome::AlreadyPaid {
+            record: record.clone(),
+            ledger,
+        });
+    }
+    match &ledger {
+        LedgerMark::NoMatch => {
+            // the HELD record outlived its hold: never PAID without a seat
+            alert(
+                ports.alerts,
+                "paid_after_release",
+                format!(
+                    "payment {} completed for a seat the ledger no longer holds; its HELD record is not marked PAID",
+                    request.payment_id
+                ),
+                &request.candidate,
+                &request.payment_id,
+            )
+            .await;
+            return Ok(MarkPaidOutcome::SeatNotHeld);
+        }
+        LedgerMark::Failed(e) => {
+            tracing::error!(candidate = %request.candidate, payment = %request.payment_id, error = %e,
+                "ledger step failed; the record goes PAID regardless, the orphan sweep marks the ledger");
+        }
+        LedgerMark::Done | LedgerMark::AlreadyPaid => {}
+    }
     let result = ports
         .records
         .mark_paid(
@@ -310,17 +391,17 @@ pub async fn mark_paid(
     let claim = classify_claim(&request.payment_id, result).map_err(ConfirmError::Records)?;
     match claim {
         Claim::NotHeld(current) => {
+            // changed since the read (released and deleted, or replaced)
             tracing::info!(candidate = %request.candidate, payment = %request.payment_id,
-                path = ?request.path, "HELD→PAID refused: no HELD record with this payment");
+                path = ?request.path, ?ledger, "HELD→PAID refused: the HELD record changed");
             Ok(MarkPaidOutcome::NotHeld { current })
         }
         Claim::AlreadyPaid(record) => {
-            let ledger = record_ledger_mark_paid(ports.ledger, &record).await;
             tracing::debug!(candidate = %record.candidate, payment = %record.payment_id,
                 path = ?request.path, winner = ?record.paid_by, ?ledger, "already paid");
             Ok(MarkPaidOutcome::AlreadyPaid { record, ledger })
         }
-        Claim::Won(record) => Ok(after_win(ports, request, record, emailed_early).await),
+        Claim::Won(record) => Ok(after_win(ports, request, record, ledger, emailed_early).await),
     }
 }
 
@@ -338,36 +419,16 @@ async fn email_before_update(ports: ConfirmPorts<'_>, request: &PaidRequest) -> 
     ports.mailer.send(&confirmation).await.is_ok()
 }
 
-/// What the winner does: ledger, email, its mark.
+/// What the winner does (the ledger step is done): the email, its mark.
 async fn after_win(
     ports: ConfirmPorts<'_>,
     request: &PaidRequest,
     record: BookingRecord,
+    ledger: LedgerMark,
     emailed_early: bool,
 ) -> MarkPaidOutcome {
     tracing::info!(candidate = %record.candidate, payment = %record.payment_id,
         path = ?request.path, "HELD→PAID won");
-    let ledger = record_ledger_mark_paid(ports.ledger, &record).await;
-    match &ledger {
-        LedgerMark::NoMatch => {
-            alert(
-                ports.alerts,
-                "paid_after_release",
-                format!(
-                    "payment {} completed for a seat the ledger no longer holds",
-                    record.payment_id
-                ),
-                &record.candidate,
-                &record.payment_id,
-            )
-            .await;
-        }
-        LedgerMark::Failed(e) => {
-            tracing::error!(candidate = %record.candidate, payment = %record.payment_id, error = %e,
-                "record PAID but the ledger step failed; the next confirm path repairs it");
-        }
-        LedgerMark::Done | LedgerMark::AlreadyPaid => {}
-    }
     let email = if emailed_early {
         // sent before the update (the zoo's trap): only its mark is left
         mark_sent(ports, &record).await
@@ -590,6 +651,7 @@ pub async fn mark_paid_from_copy(
             WorkerVerdict::Duplicate => {
                 // the worker wrote the HELD record meanwhile: the normal step
                 let request = PaidRequest {
+                    sale: copy.sale.clone(),
                     candidate: copy.candidate.clone(),
                     payment_id: payment.clone(),
                     trx_id,
@@ -606,6 +668,9 @@ pub async fn mark_paid_from_copy(
                     Ok(MarkPaidOutcome::NotHeld { current }) => {
                         FromCopy::Uncertain(format!("record changed again: {current:?}"))
                     }
+                    Ok(MarkPaidOutcome::SeatNotHeld) => FromCopy::NotOurs {
+                        current: read.ok().flatten(),
+                    },
                     Err(e) => FromCopy::Uncertain(e.to_string()),
                 };
             }
@@ -677,6 +742,11 @@ pub async fn confirm_payment(
             Confirmed::Paid { won: true }
         }
         Ok(MarkPaidOutcome::AlreadyPaid { .. }) => Confirmed::Paid { won: false },
+        Ok(MarkPaidOutcome::SeatNotHeld) => {
+            // alerted; the copy would ask the same ledger the same question
+            tracing::warn!(%candidate, %payment, "completed payment whose seat is not held");
+            Confirmed::NotOurs
+        }
         Ok(MarkPaidOutcome::NotHeld { current }) => {
             events.not_held(payment, current.as_ref());
             let Some(copy) = copy else {

@@ -13,7 +13,14 @@
 //!    without this, nothing would ever release that seat. The record gets the
 //!    hold's deadline (so step 4 decides it now, on a gateway query like any
 //!    other) and a TTL one hold later than now (so the safety net does not
-//!    release it before the reconciler has asked the gateway);
+//!    release it before the reconciler has asked the gateway). A hold whose
+//!    record is PAID with its payment gets its ledger paid mark (the confirm
+//!    path's ledger step failed: [`crate::confirm::mark_paid`] marks the
+//!    record PAID regardless). The hold may be released between the scan and
+//!    the re-creation (by the TTL safety net, on the deletion of the record
+//!    the scan found missing): the re-created record then has no seat, and
+//!    the confirm step, which asks the ledger first, never marks it PAID
+//!    (step 5 deletes it);
 //!    then sends the confirmation email of every PAID record whose email is
 //!    still owed a sweep interval after its payment (its winner died
 //!    between the HELD→PAID update and the mark, or its mailer failed):
@@ -23,7 +30,9 @@
 //! 4. handles them most overdue first, `sweep_concurrency` at a time, and
 //!    starts no new one once `sweep_budget` has passed;
 //! 5. queries the gateway for each and acts on [`decide`]: completed → PAID
-//!    through [`crate::confirm::mark_paid`]; cancelled/failed, or not
+//!    through [`crate::confirm::mark_paid`] (if the ledger no longer holds
+//!    the seat, nothing is marked PAID, a human is alerted and the record is
+//!    deleted like a released one); cancelled/failed, or not
 //!    completed after the deadline → payment-guarded ledger release, then a
 //!    conditional delete of the record; pending before the deadline → leave;
 //!    the query failed → count it on the record; at the threshold extend the
@@ -245,6 +254,10 @@ pub struct SweepReport {
     pub pending_undone: u64,
     /// Records re-created for held holds that had none.
     pub orphans_recovered: u64,
+    /// Seats of PAID records marked paid in the ledger by the orphan sweep
+    /// (their confirm path's ledger step had failed).
+    #[serde(default)]
+    pub paid_marks_repaired: u64,
     /// Due records found.
     pub due: u64,
     /// Due records handled (the rest waited for the budget).
@@ -275,6 +288,7 @@ struct Totals {
     not_leader: AtomicU64,
     pending_undone: AtomicU64,
     orphans_recovered: AtomicU64,
+    paid_marks_repaired: AtomicU64,
     started: AtomicU64,
     paid: AtomicU64,
     released: AtomicU64,
@@ -295,6 +309,9 @@ pub struct ReconcilerCounts {
     pub not_leader: u64,
     pub pending_undone: u64,
     pub orphans_recovered: u64,
+    /// Seats of PAID records marked paid in the ledger by the orphan sweep.
+    #[serde(default)]
+    pub paid_marks_repaired: u64,
     pub started: u64,
     pub paid: u64,
     pub released: u64,
@@ -349,6 +366,7 @@ impl Reconciler {
             not_leader: g(&t.not_leader),
             pending_undone: g(&t.pending_undone),
             orphans_recovered: g(&t.orphans_recovered),
+            paid_marks_repaired: g(&t.paid_marks_repaired),
             started: g(&t.started),
             paid: g(&t.paid),
             released: g(&t.released),
@@ -594,6 +612,15 @@ impl Reconciler {
                 continue;
             };
             match self.ports.records.get(&candidate, true).await {
+                Ok(Some(r))
+                    if r.status == RecordStatus::Paid
+                        && r.payment_id == payment_id
+                        && r.sale == *sale =>
+                {
+                    // PAID while its ledger step failed: the seat is paid
+                    self.repair_paid_mark(&r, report).await;
+                    continue;
+                }
                 Ok(Some(_)) => continue,
                 Ok(None) => {}
                 Err(e) => {
@@ -637,11 +664,43 @@ impl Reconciler {
         }
     }
 
+    /// Marks paid in the ledger the seat of a PAID record whose hold the
+    /// ledger still has as held (its confirm path's ledger step failed and
+    /// no later path repeated it), so the ledger's paid marks are the PAID
+    /// records.
+    async fn repair_paid_mark(&self, record: &BookingRecord, report: &mut SweepReport) {
+        let mark = confirm::ledger_mark_paid(
+            self.ports.ledger.as_ref(),
+            &record.sale,
+            &record.candidate,
+            &record.payment_id,
+        )
+        .await;
+        match mark {
+            confirm::LedgerMark::Done => {
+                tracing::warn!(candidate = %record.candidate, payment = %record.payment_id,
+                    "PAID record whose seat the ledger still held: marked paid");
+                report.paid_marks_repaired += 1;
+            }
+            confirm::LedgerMark::AlreadyPaid => {}
+            confirm::LedgerMark::NoMatch => {
+                // released between the scan and the mark: nothing to mark
+                tracing::warn!(candidate = %record.candidate, payment = %record.payment_id,
+                    "PAID record whose hold went away before its ledger mark");
+            }
+            confirm::LedgerMark::Failed(e) => {
+                tracing::warn!(error = %e, "ledger mark of a PAID record failed; next sweep retries");
+                report.errors += 1;
+            }
+        }
+    }
+
     fn add_totals(&self, r: &SweepReport) {
         let t = &self.totals;
         for (a, v) in [
             (&t.pending_undone, r.pending_undone),
             (&t.orphans_recovered, r.orphans_recovered),
+            (&t.paid_marks_repaired, r.paid_marks_repaired),
             (&t.started, r.started),
             (&t.paid, r.paid),
             (&t.released, r.released),
@@ -724,6 +783,7 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
         }
         Action::MarkPaid { trx_id } => {
             let request = PaidRequest {
+                sale: record.sale.clone(),
                 candidate: candidate.clone(),
                 payment_id: payment.clone(),
                 trx_id: Some(trx_id),
@@ -733,6 +793,11 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
             let confirm_ports = ports.confirm(&config.settings.bugs);
             match confirm::mark_paid(confirm_ports, &request).await {
                 Ok(MarkPaidOutcome::Won { .. }) => Done::Paid,
+                Ok(MarkPaidOutcome::SeatNotHeld) => {
+                    // the record outlived its hold (alerted): the seat is
+                    // released, so is the booking
+                    delete_released(ports, &record, None).await
+                }
                 Ok(_) => Done::Left,
                 Err(e) => {
                     tracing::warn!(error = %e, "HELD→PAID failed; next sweep retries");
@@ -760,22 +825,7 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
                     return Done::Error;
                 }
             }
-            let held = Condition::StatusIsWithPayment(RecordStatus::Held, payment.clone());
-            match ports.records.delete(candidate, held).await {
-                Ok(_) => {
-                    tracing::info!(candidate = %candidate, payment = %payment, ?reason, "hold released");
-                    Done::Released
-                }
-                Err(RecordError::ConditionFailed { current }) => {
-                    tracing::warn!(candidate = %candidate, payment = %payment, ?current,
-                        "record changed under the release; not deleted");
-                    Done::Released
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "record delete failed; next sweep retries");
-                    Done::Error
-                }
-            }
+            delete_released(ports, &record, Some(reason)).await
         }
         Action::NoteFailure => {
             note_failure(ports, &record, &query).await;
@@ -814,6 +864,41 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
             )
             .await;
             Done::Alerted
+        }
+    }
+}
+
+/// The second half of a release: the conditional delete of the HELD record
+/// whose ledger hold is gone (released by this sweep for `reason`, or found
+/// gone by the confirm step: `None`).
+async fn delete_released(
+    ports: &ReconcilerPorts,
+    record: &BookingRecord,
+    reason: Option<ReleaseReason>,
+) -> Done {
+    let (candidate, payment) = (&record.candidate, &record.payment_id);
+    let held = Condition::StatusIsWithPayment(RecordStatus::Held, payment.clone());
+    match ports.records.delete(candidate, held).await {
+        Ok(_) => {
+            match &reason {
+                Some(reason) => {
+                    tracing::info!(candidate = %candidate, payment = %payment, ?reason, "hold released");
+                }
+                None => {
+                    tracing::warn!(candidate = %candidate, payment = %payment,
+                        "HELD record of a seat the ledger no longer holds: deleted");
+                }
+            }
+            Done::Released
+        }
+        Err(RecordError::ConditionFailed { current }) => {
+            tracing::warn!(candidate = %candidate, payment = %payment, ?current,
+                "record changed under the release; not deleted");
+            Done::Released
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "record delete failed; next sweep retries");
+            Done::Error
         }
     }
 }

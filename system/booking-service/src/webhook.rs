@@ -160,6 +160,7 @@ pub async fn handle(
         }
     }
     let request = PaidRequest {
+        sale: stack.sale.clone(),
         candidate,
         payment_id: payment,
         trx_id: Some(trx_id),

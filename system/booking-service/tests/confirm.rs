@@ -9,6 +9,7 @@ use common::{Stack, cand, pay};
 
 fn request(s: &Stack, who: &str, p: &str, path: ConfirmPath) -> PaidRequest {
     PaidRequest {
+        sale: s.sale.clone(),
         candidate: cand(who),
         payment_id: pay(p),
         trx_id: Some("TRX".into()),
@@ -110,9 +111,16 @@ async fn another_payment_or_no_record_changes_nothing() {
     );
 }
 
+/// A HELD record does not prove that the ledger still holds its seat: the
+/// reconciler releases the ledger before it deletes the record, and its
+/// orphan sweep can re-create the record of a hold the safety net is
+/// releasing. A payment that completes for such a record is alerted, and no
+/// record goes PAID for a seat the ledger does not count (before the ledger
+/// went first, the record went PAID with no seat behind it: "record Paid,
+/// ledger None" in the audit).
 #[tokio::test]
-async fn a_payment_for_a_released_seat_is_paid_and_alerted() {
-    let s = Stack::new(1, &["x"]).await;
+async fn a_payment_for_a_released_seat_is_alerted_and_never_marked_paid() {
+    let s = Stack::new(1, &["x", "y"]).await;
     let m = s.book("x", "t1", "P1").await;
     s.records
         .put(m.held_record(), Condition::NotExists)
@@ -123,21 +131,103 @@ async fn a_payment_for_a_released_seat_is_paid_and_alerted() {
         .release(&s.sale, &cand("x"), &pay("P1"))
         .await
         .unwrap();
-    let out = mark_paid(
-        s.confirm_ports(),
-        &request(&s, "x", "P1", ConfirmPath::Callback),
-    )
-    .await
-    .unwrap();
-    assert!(matches!(
-        out,
-        MarkPaidOutcome::Won {
-            ledger: LedgerMark::NoMatch,
-            email: EmailOutcome::Sent,
-            ..
-        }
-    ));
-    assert_eq!(s.alerts.kinds(), vec!["paid_after_release".to_string()]);
+    // and the seat went to someone else
+    s.book("y", "t2", "P2").await;
+    for path in [ConfirmPath::Callback, ConfirmPath::Reconciler] {
+        let out = mark_paid(s.confirm_ports(), &request(&s, "x", "P1", path))
+            .await
+            .unwrap();
+        assert_eq!(out, MarkPaidOutcome::SeatNotHeld, "{path:?}");
+    }
+    let record = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+    assert_eq!(
+        record.status,
+        RecordStatus::Held,
+        "never PAID without a seat"
+    );
+    assert_eq!(s.ledger.paid(&s.sale, &cand("x")).await.unwrap(), None);
+    assert_eq!(s.count().await, 1, "one seat, counted once: y's hold");
+    assert!(s.mailer.0.lock().is_empty());
+    assert_eq!(
+        s.alerts.kinds(),
+        vec!["paid_after_release".to_string(); 2],
+        "money moved for a released seat: a human refunds it"
+    );
+}
+
+/// The ledger step is asked before the record is claimed: when it cannot
+/// answer, the record still goes PAID (a PAID record carries no TTL, so the
+/// blind safety net cannot release a completed payment's seat), the seat
+/// stays counted, and the reconciler's orphan sweep marks it paid in the
+/// ledger once the hold is past its deadline (before, nothing did: the
+/// ledger showed the seat held for good).
+#[tokio::test]
+async fn a_failed_ledger_step_is_repaired_by_the_orphan_sweep() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use booking::records::Condition as C;
+    use faults::{Injector, Schedule, wrappers::FaultyLedger};
+
+    for kind in ["error", "reset"] {
+        let s = Stack::new(1, &["x"]).await;
+        let m = s.book("x", "t1", "P1").await;
+        s.records.put(m.held_record(), C::NotExists).await.unwrap();
+        // the ledger's mark_paid fails for a second: every attempt of the
+        // callback's confirm step (a `reset` applies some, answers none)
+        let schedule = Schedule::from_toml(&format!(
+            r#"
+            [[fault]]
+            name = "ledger-mark-paid-{kind}"
+            target = "ledger"
+            ops = ["mark_paid"]
+            start_ms = 0
+            duration_ms = 1_000
+            kind = {{ type = "{kind}" }}
+            "#
+        ))
+        .unwrap();
+        let injector = Arc::new(Injector::new(schedule, 7, Arc::new(s.clock.clone())));
+        let faulty = FaultyLedger::new(s.ledger.clone(), injector);
+        let ports = booking_service::confirm::ConfirmPorts {
+            ledger: &faulty,
+            ..s.confirm_ports()
+        };
+        let out = mark_paid(ports, &request(&s, "x", "P1", ConfirmPath::Callback))
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                &out,
+                MarkPaidOutcome::Won {
+                    ledger: LedgerMark::Failed(_),
+                    email: EmailOutcome::Sent,
+                    ..
+                }
+            ),
+            "{kind}: {out:?}"
+        );
+        let record = s.records.get(&cand("x"), true).await.unwrap().unwrap();
+        assert_eq!(record.status, RecordStatus::Paid);
+        assert_eq!(s.count().await, 1, "{kind}: the seat stays counted");
+        // past the deadline and the copy's slack, the orphan sweep repairs
+        s.clock
+            .advance(s.settings.hold + s.settings.booking_copy_slack + Duration::from_secs(1));
+        s.reconciler("r").sweep().await;
+        assert_eq!(
+            s.ledger.paid(&s.sale, &cand("x")).await.unwrap(),
+            Some(pay("P1")),
+            "{kind}: the ledger's paid marks are the PAID records"
+        );
+        assert_eq!(s.ledger.hold(&s.sale, &cand("x")).await.unwrap(), None);
+        assert_eq!(s.count().await, 1);
+        assert_eq!(s.mailer.0.lock().len(), 1, "{kind}: one email");
+        assert!(
+            s.alerts.kinds().is_empty(),
+            "{kind}: {:?}",
+            s.alerts.kinds()
+        );
+    }
 }
 
 /// The zoo's trap `email_before_paid`: the email goes before the update, so

@@ -306,6 +306,7 @@ impl Run {
 
     fn request(&self, c: usize, p: &PaymentId, path: ConfirmPath) -> PaidRequest {
         PaidRequest {
+            sale: self.s.sale.clone(),
             candidate: cand(NAMES[c]),
             payment_id: p.clone(),
             trx_id: Some(format!("TRX-{p}")),

@@ -394,6 +394,80 @@ async fn a_held_hold_with_no_record_is_recovered_then_released_or_paid() {
     assert_eq!(r.stats().orphans_recovered, 2);
 }
 
+/// What a chaos rehearsal found (a Redis link blackhole inside link trouble,
+/// the reconciler behind its budget): a payer paid before the deadline, the
+/// callback could not confirm (the backends did not answer), and the
+/// reconciler fell behind. The TTL service deleted the HELD record; the
+/// reconciler's orphan sweep, which found the hold without its record,
+/// re-created the record; the safety net then released the seat on the
+/// deletion; the reconciler's next sweep asked the gateway, heard
+/// "completed", and marked the re-created record PAID: a PAID booking with
+/// no seat in the ledger ("record Paid, ledger None", the level's count
+/// below its PAID records). The confirm step asks the ledger first now: the
+/// seat is not held, nothing goes PAID, a human is alerted for the refund,
+/// and the record is deleted like any released one.
+#[tokio::test(start_paused = true)]
+async fn a_record_recreated_for_a_hold_the_safety_net_releases_is_never_marked_paid() {
+    use booking::Condition;
+    use booking_service::expiry::ExpiryHandler;
+
+    let s = Stack::new(1, &["x", "y"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.held_record(), Condition::NotExists)
+        .await
+        .unwrap();
+    // paid before the deadline; no confirm path got through
+    s.gateway.set(
+        &pay("P1"),
+        Script::State(GatewayPaymentState::Completed {
+            trx_id: "TRX1".into(),
+        }),
+    );
+    let expiry = ExpiryHandler::new(s.records.clone(), s.ledger.clone(), 0);
+    // the reconciler lags: the TTL service deletes the HELD record first
+    s.clock.advance(minutes(13));
+    assert_eq!(s.records.sweep_ttl(10).len(), 1);
+    // a sweep whose budget is spent before any due record starts (as the
+    // rehearsal's "sweep budget spent" sweeps): the orphan step re-creates
+    // the record of the hold it finds without one
+    let behind = Settings {
+        sweep_budget: Duration::ZERO,
+        ..s.settings.clone()
+    };
+    let report = s.reconciler_with("a", behind).sweep().await;
+    assert_eq!(
+        (report.orphans_recovered, report.started),
+        (1, 0),
+        "{report:?}"
+    );
+    // the safety net acts on the deletion: the seat goes back
+    let batch = expiry.poll_once(Duration::ZERO).await.unwrap();
+    assert_eq!(batch.failed_at, None);
+    assert_eq!(expiry.stats().released, 1);
+    assert_eq!(s.count().await, 0);
+    // the next sweep decides the re-created record on the gateway's answer
+    let report = s.reconciler("a").sweep().await;
+    assert_eq!((report.paid, report.released), (0, 1), "{report:?}");
+    // the ledger's paid marks are exactly the PAID records, and the count
+    // is the holds plus the paid
+    let record = s.records.get(&cand("x"), true).await.unwrap();
+    assert!(
+        record.is_none(),
+        "a PAID record without a seat, or a HELD one left: {record:?}"
+    );
+    assert_eq!(s.ledger.paid(&s.sale, &cand("x")).await.unwrap(), None);
+    assert_eq!(s.ledger.hold(&s.sale, &cand("x")).await.unwrap(), None);
+    assert_eq!(s.count().await, 0);
+    assert!(s.mailer.0.lock().is_empty(), "no confirmation for no seat");
+    assert_eq!(s.alerts.kinds(), vec!["paid_after_release".to_string()]);
+    // the seat is free for the next candidate, and nothing is left to do
+    s.book("y", "t2", "P2").await;
+    assert_eq!(s.count().await, 1);
+    let report = s.reconciler("a").sweep().await;
+    assert_eq!((report.orphans_recovered, report.due), (0, 0), "{report:?}");
+}
+
 /// A hold with a record is never re-created, even far past its deadline
 /// while the gateway is silent (the record's own path extends it).
 #[tokio::test(start_paused = true)]
