@@ -3,33 +3,42 @@
 //!
 //! [`mark_paid`] runs, in this order:
 //!
-//! 1. `Ledger::mark_paid` (payment-guarded; retried once): the seat becomes
-//!    permanent in the ledger, which owns the seats. **The ledger goes
-//!    first**: a HELD record with this payment does *not* prove that the
-//!    ledger still holds its seat. A HELD record can outlive its hold: the
-//!    reconciler releases the ledger before it deletes the record, the
-//!    worker's liveness read can be overtaken by a release before its put,
-//!    and the reconciler's orphan sweep can re-create the record of a hold
-//!    that the TTL safety net is releasing at that moment (a chaos rehearsal
-//!    found this one: the net released a completed payment's seat while the
-//!    reconciler lagged, the orphan sweep re-created its record, and the
-//!    reconciler's query then marked that record PAID: a PAID booking with
-//!    no seat in the ledger). `NoMatch` means the seat is not this
-//!    payment's any more: nothing is written
-//!    ([`MarkPaidOutcome::SeatNotHeld`]) and a human is alerted
-//!    (`paid_after_release`: money moved for a released seat). A ledger
-//!    that cannot answer ([`LedgerMark::Failed`]) does not stop the step:
-//!    the payment completed, and a PAID record (which carries no TTL) is
-//!    what keeps the blind safety net from releasing a paid seat; the seat
-//!    stays counted as held, and the reconciler's orphan sweep marks it
-//!    paid in the ledger once the hold is past its deadline (so does any
-//!    later confirm path).
-//! 2. `RecordStore::mark_paid`: succeeds only if the record is HELD with this
+//! 0. **The ledger is asked first whose seat it is** (`Ledger::hold` and
+//!    `Ledger::paid`, read together): a HELD record with this payment does
+//!    *not* prove that the ledger still holds its seat. A HELD record can
+//!    outlive its hold: the reconciler releases the ledger before it deletes
+//!    the record, the worker's liveness read can be overtaken by a release
+//!    before its put, and the reconciler's orphan sweep can re-create the
+//!    record of a hold that the TTL safety net is releasing at that moment
+//!    (a chaos rehearsal found this one: the net released a completed
+//!    payment's seat while the reconciler lagged, the orphan sweep
+//!    re-created its record, and the reconciler's query then marked that
+//!    record PAID: a PAID booking with no seat in the ledger, "record Paid,
+//!    ledger None"). If the ledger answers that the seat is neither held nor
+//!    paid for this payment, nothing is written
+//!    ([`MarkPaidOutcome::SeatNotHeld`] when the record is HELD with this
+//!    payment) and a human is alerted (`paid_after_release`: money moved
+//!    for a released seat). A ledger that cannot answer does not stop the
+//!    step (the payment completed; see step 2).
+//! 1. `RecordStore::mark_paid`: succeeds only if the record is HELD with this
 //!    payment; it sets PAID and removes the TTL attribute. **Winning this
 //!    conditional update decides who goes on**: every other path gets
 //!    "already paid" ([`MarkPaidOutcome::AlreadyPaid`]) and sends nothing.
-//! 3. `Mailer::send`, never before step 2.
+//!    The record goes first (after the check) because a PAID record carries
+//!    no TTL: once it is PAID, the blind safety net can never release the
+//!    seat of this completed payment, whatever the ledger step below does.
+//! 2. `Ledger::mark_paid` (payment-guarded; retried once): the seat is now
+//!    permanent in the ledger too. `NoMatch` here means a release slipped in
+//!    between the check and the update (alerted, `paid_after_release`). A
+//!    failed step leaves the seat counted as held: any later confirm path
+//!    repeats it, and the reconciler's orphan sweep marks it paid once the
+//!    hold is past its deadline.
+//! 3. `Mailer::send`, never before step 1.
 //! 4. `RecordStore::mark_emailed`: the email is no longer owed.
+//!
+//! The check and the update are two stores, so they cannot be one atomic
+//! step; what the check leaves is a release landing in the moment between
+//! them (alerted), instead of every HELD record that outlived its hold.
 //!
 //! An email is never lost: a PAID record whose email is not marked sent is
 //! owed, and the email sweep ([`send_owed_emails`], the reconciler's leader,
@@ -39,14 +48,12 @@
 //! no other.
 //!
 //! Crash windows, honestly:
-//! - after 1, before 2: the ledger has the seat paid, the record is still
-//!   HELD (or not written yet). The seat is counted, and no release can
-//!   touch a paid candidate. Any later confirm path, or the reconciler's
-//!   query (it decides every HELD record), repeats the idempotent ledger
-//!   step and wins the HELD→PAID update. The worker writes a queued
-//!   admission whose seat the ledger has paid, so a fast payer's record
-//!   comes too.
-//! - after 2, before 3 (or the mailer fails, alerted as `email_failed`):
+//! - after 1, before 2: the record is PAID, the ledger still shows the hold
+//!   as held (the seat stays counted, so no seat is lost or sold twice). Any
+//!   later confirm path for the same payment gets `AlreadyPaid` and repeats
+//!   the (idempotent) ledger step, and the reconciler's orphan sweep does
+//!   once the hold is past its deadline.
+//! - after 1, before 3 (or the mailer fails, alerted as `email_failed`):
 //!   the record is PAID with its email owed; the sweep sends it.
 //! - after 3, before 4 (or the mark fails): the email went out and is still
 //!   owed; the sweep sends it again, marked `recovered`: the one repeat
@@ -58,14 +65,13 @@
 //! at admission (`keys::booking_copy`), in this order:
 //!
 //! 1. `Ledger::mark_paid` (payment-guarded; the same [`ledger_mark_paid`],
-//!    tried twice). **The ledger goes first**, as in [`mark_paid`]: "no
-//!    record" may also mean the reconciler released the hold, and only the
+//!    tried twice). **The ledger goes first here**: there is no record, and
+//!    "no record" may also mean the reconciler released the hold. Only the
 //!    ledger, which owns the seats, can tell: `NoMatch` means the seat is
 //!    not held for this payment any more, so nothing is written (a released
 //!    booking is never resurrected) and a human is alerted
 //!    (`paid_after_release`). A ledger that cannot answer writes nothing
-//!    here (unlike in [`mark_paid`], there is no HELD record the TTL could
-//!    delete): the worker writes the HELD record later and the reconciler's
+//!    either: the worker writes the HELD record later and the reconciler's
 //!    query marks it paid.
 //! 2. `RecordStore::put(PAID, NotExists)`: a PAID record carries no TTL
 //!    ([`BookingRecord::into_paid`]). If the condition fails, a consistent
@@ -89,7 +95,7 @@
 //! [`mark_paid_from_copy`]. What a harness wants to count along the way it
 //! hears through [`ConfirmEvents`].
 
-use booking::ledger::{Ledger, LedgerError, Step};
+use booking::ledger::{HoldState, Ledger, LedgerError, Step};
 use booking::notify::{Alert, Alerts, Confirmation, Mailer, NotifyError};
 use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, WorkerVerdict,
@@ -136,11 +142,11 @@ pub enum LedgerMark {
     Done,
     /// The ledger already had this candidate paid.
     AlreadyPaid,
-    /// No held hold with this payment: the seat was released (alerted;
-    /// [`mark_paid`] then writes nothing).
+    /// No held hold with this payment: the seat was released (alerted when
+    /// this path won: a release between the check and the update).
     NoMatch,
-    /// The ledger could not answer; the record is PAID regardless (the
-    /// reconciler's orphan sweep marks the ledger later).
+    /// The ledger could not answer; the record is PAID regardless (a later
+    /// confirm path or the reconciler's orphan sweep marks the ledger).
     Failed(LedgerError),
 }
 
@@ -192,16 +198,15 @@ pub enum MarkPaidOutcome {
     },
     /// No HELD record with this payment: no record (the worker has not
     /// written it yet, or the hold was released), or another payment's record.
-    /// No record changed; the ledger has the seat paid when it held it for
-    /// this payment (step 1), so the fast payer's record can follow.
+    /// Nothing changed.
     NotHeld {
         /// The record as the condition saw it.
         current: Option<BookingRecord>,
     },
-    /// The ledger holds no seat for this payment (released, or another
-    /// booking's): nothing was written, not even on a HELD record with this
-    /// payment (a record that outlived its hold), and a human was alerted
-    /// (`paid_after_release`: the money moved for a seat that is not held).
+    /// The record is HELD with this payment but the ledger holds no seat for
+    /// it (the record outlived its hold): nothing was written, and a human
+    /// was alerted (`paid_after_release`: the money moved for a seat that is
+    /// not held).
     SeatNotHeld,
 }
 
@@ -308,8 +313,9 @@ pub async fn alert(
     }
 }
 
-/// The HELD→PAID step: the ledger first, then the conditional update. See
-/// the module documentation for the order and the crash windows.
+/// The HELD→PAID step: the ledger's check, the conditional update, the
+/// ledger's mark. See the module documentation for the order and the crash
+/// windows.
 /// Idempotent: a second call for the same payment returns
 /// [`MarkPaidOutcome::AlreadyPaid`] and sends nothing.
 pub async fn mark_paid(
@@ -321,63 +327,45 @@ pub async fn mark_paid(
     } else {
         false
     };
-    // which record is there decides whether the ledger is asked: a HELD
-    // record with this payment is claimed after the ledger's mark; without
-    // one nothing is touched here (the fast payer's copy, the worker and the
-    // reconciler's orphan sweep take it from there, as before)
-    let current = ports
-        .records
-        .get(&request.candidate, true)
-        .await
-        .map_err(ConfirmError::Records)?;
-    let ours = |status| {
-        current
-            .as_ref()
-            .is_some_and(|r| r.status == status && r.payment_id == request.payment_id)
-    };
-    let (held, paid) = (ours(RecordStatus::Held), ours(RecordStatus::Paid));
-    if !held && !paid {
-        tracing::info!(candidate = %request.candidate, payment = %request.payment_id,
-            path = ?request.path, "HELD→PAID refused: no HELD record with this payment");
-        return Ok(MarkPaidOutcome::NotHeld { current });
-    }
-    let ledger = ledger_mark_paid(
-        ports.ledger,
-        &request.sale,
-        &request.candidate,
-        &request.payment_id,
-    )
-    .await;
-    if let (true, Some(record)) = (paid, &current) {
-        // another path won: its ledger step is repeated (idempotent)
-        tracing::debug!(candidate = %record.candidate, payment = %record.payment_id,
-            path = ?request.path, winner = ?record.paid_by, ?ledger, "already paid");
-        return Ok(MarkPaidOutcome::AlreadyPaid {
-            record: record.clone(),
-            ledger,
+    if !seat_is_ours(ports.ledger, request).await {
+        // the seat is not this payment's: claim nothing; tell why
+        let current = ports
+            .records
+            .get(&request.candidate, true)
+            .await
+            .map_err(ConfirmError::Records)?;
+        return Ok(match current {
+            Some(r) if r.payment_id == request.payment_id && r.status == RecordStatus::Held => {
+                // the HELD record outlived its hold: never PAID without a seat
+                alert(
+                    ports.alerts,
+                    "paid_after_release",
+                    format!(
+                        "payment {} completed for a seat the ledger no longer holds; its HELD record is not marked PAID",
+                        request.payment_id
+                    ),
+                    &request.candidate,
+                    &request.payment_id,
+                )
+                .await;
+                MarkPaidOutcome::SeatNotHeld
+            }
+            Some(r) if r.payment_id == request.payment_id && r.status == RecordStatus::Paid => {
+                let ledger = ledger_mark_paid(
+                    ports.ledger,
+                    &request.sale,
+                    &request.candidate,
+                    &request.payment_id,
+                )
+                .await;
+                MarkPaidOutcome::AlreadyPaid { record: r, ledger }
+            }
+            other => {
+                tracing::info!(candidate = %request.candidate, payment = %request.payment_id,
+                    path = ?request.path, "HELD→PAID refused: no HELD record with this payment");
+                MarkPaidOutcome::NotHeld { current: other }
+            }
         });
-    }
-    match &ledger {
-        LedgerMark::NoMatch => {
-            // the HELD record outlived its hold: never PAID without a seat
-            alert(
-                ports.alerts,
-                "paid_after_release",
-                format!(
-                    "payment {} completed for a seat the ledger no longer holds; its HELD record is not marked PAID",
-                    request.payment_id
-                ),
-                &request.candidate,
-                &request.payment_id,
-            )
-            .await;
-            return Ok(MarkPaidOutcome::SeatNotHeld);
-        }
-        LedgerMark::Failed(e) => {
-            tracing::error!(candidate = %request.candidate, payment = %request.payment_id, error = %e,
-                "ledger step failed; the record goes PAID regardless, the orphan sweep marks the ledger");
-        }
-        LedgerMark::Done | LedgerMark::AlreadyPaid => {}
     }
     let result = ports
         .records
@@ -391,18 +379,47 @@ pub async fn mark_paid(
     let claim = classify_claim(&request.payment_id, result).map_err(ConfirmError::Records)?;
     match claim {
         Claim::NotHeld(current) => {
-            // changed since the read (released and deleted, or replaced)
             tracing::info!(candidate = %request.candidate, payment = %request.payment_id,
-                path = ?request.path, ?ledger, "HELD→PAID refused: the HELD record changed");
+                path = ?request.path, "HELD→PAID refused: no HELD record with this payment");
             Ok(MarkPaidOutcome::NotHeld { current })
         }
         Claim::AlreadyPaid(record) => {
+            let ledger = record_ledger_mark_paid(ports.ledger, &record).await;
             tracing::debug!(candidate = %record.candidate, payment = %record.payment_id,
                 path = ?request.path, winner = ?record.paid_by, ?ledger, "already paid");
             Ok(MarkPaidOutcome::AlreadyPaid { record, ledger })
         }
-        Claim::Won(record) => Ok(after_win(ports, request, record, ledger, emailed_early).await),
+        Claim::Won(record) => Ok(after_win(ports, request, record, emailed_early).await),
     }
+}
+
+/// Whether the ledger holds `request`'s seat for its payment (held with it,
+/// or paid with it), read before the HELD→PAID update. A ledger that cannot
+/// answer counts as "ours": the update then goes on, as it must for a
+/// completed payment (see the module documentation).
+async fn seat_is_ours(ledger: &dyn Ledger, request: &PaidRequest) -> bool {
+    let (hold, paid) = tokio::join!(
+        ledger.hold(&request.sale, &request.candidate),
+        ledger.paid(&request.sale, &request.candidate)
+    );
+    match (hold, paid) {
+        (Ok(hold), Ok(paid)) => {
+            paid.as_ref() == Some(&request.payment_id)
+                || hold.is_some_and(|h| {
+                    matches!(h.state, HoldState::Held { payment_id, .. } if payment_id == request.payment_id)
+                })
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(candidate = %request.candidate, payment = %request.payment_id, error = %e,
+                "ledger unreadable before HELD→PAID; the update goes on");
+            true
+        }
+    }
+}
+
+/// The ledger step for `record`'s booking.
+async fn record_ledger_mark_paid(ledger: &dyn Ledger, record: &BookingRecord) -> LedgerMark {
+    ledger_mark_paid(ledger, &record.sale, &record.candidate, &record.payment_id).await
 }
 
 /// The zoo's trap `email_before_paid`: the confirmation goes out for the
@@ -419,16 +436,36 @@ async fn email_before_update(ports: ConfirmPorts<'_>, request: &PaidRequest) -> 
     ports.mailer.send(&confirmation).await.is_ok()
 }
 
-/// What the winner does (the ledger step is done): the email, its mark.
+/// What the winner does: ledger, email, its mark.
 async fn after_win(
     ports: ConfirmPorts<'_>,
     request: &PaidRequest,
     record: BookingRecord,
-    ledger: LedgerMark,
     emailed_early: bool,
 ) -> MarkPaidOutcome {
     tracing::info!(candidate = %record.candidate, payment = %record.payment_id,
         path = ?request.path, "HELD→PAID won");
+    let ledger = record_ledger_mark_paid(ports.ledger, &record).await;
+    match &ledger {
+        LedgerMark::NoMatch => {
+            alert(
+                ports.alerts,
+                "paid_after_release",
+                format!(
+                    "payment {} completed for a seat the ledger released after the check",
+                    record.payment_id
+                ),
+                &record.candidate,
+                &record.payment_id,
+            )
+            .await;
+        }
+        LedgerMark::Failed(e) => {
+            tracing::error!(candidate = %record.candidate, payment = %record.payment_id, error = %e,
+                "record PAID but the ledger step failed; a later confirm path or the orphan sweep repairs it");
+        }
+        LedgerMark::Done | LedgerMark::AlreadyPaid => {}
+    }
     let email = if emailed_early {
         // sent before the update (the zoo's trap): only its mark is left
         mark_sent(ports, &record).await

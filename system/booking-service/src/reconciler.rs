@@ -19,8 +19,8 @@
 //!    record PAID regardless). The hold may be released between the scan and
 //!    the re-creation (by the TTL safety net, on the deletion of the record
 //!    the scan found missing): the re-created record then has no seat, and
-//!    the confirm step, which asks the ledger first, never marks it PAID
-//!    (step 5 deletes it);
+//!    the confirm step, which asks the ledger whose seat it is before it
+//!    claims a record, never marks it PAID (step 5 deletes it);
 //!    then sends the confirmation email of every PAID record whose email is
 //!    still owed a sweep interval after its payment (its winner died
 //!    between the HELD→PAID update and the mark, or its mailer failed):

@@ -155,11 +155,11 @@ async fn a_payment_for_a_released_seat_is_alerted_and_never_marked_paid() {
     );
 }
 
-/// The ledger step is asked before the record is claimed: when it cannot
-/// answer, the record still goes PAID (a PAID record carries no TTL, so the
-/// blind safety net cannot release a completed payment's seat), the seat
-/// stays counted, and the reconciler's orphan sweep marks it paid in the
-/// ledger once the hold is past its deadline (before, nothing did: the
+/// A ledger whose mark fails after the record went PAID (a PAID record
+/// carries no TTL, so the blind safety net cannot release a completed
+/// payment's seat): the seat stays counted as held, and the reconciler's
+/// orphan sweep marks it paid in the ledger once the hold is past its
+/// deadline (before, nothing did unless another confirm path came: the
 /// ledger showed the seat held for good).
 #[tokio::test]
 async fn a_failed_ledger_step_is_repaired_by_the_orphan_sweep() {

@@ -403,9 +403,10 @@ async fn a_held_hold_with_no_record_is_recovered_then_released_or_paid() {
 /// deletion; the reconciler's next sweep asked the gateway, heard
 /// "completed", and marked the re-created record PAID: a PAID booking with
 /// no seat in the ledger ("record Paid, ledger None", the level's count
-/// below its PAID records). The confirm step asks the ledger first now: the
-/// seat is not held, nothing goes PAID, a human is alerted for the refund,
-/// and the record is deleted like any released one.
+/// below its PAID records). The confirm step asks the ledger whose seat it
+/// is before it claims the record now: the seat is not held, nothing goes
+/// PAID, a human is alerted for the refund, and the record is deleted like
+/// any released one.
 #[tokio::test(start_paused = true)]
 async fn a_record_recreated_for_a_hold_the_safety_net_releases_is_never_marked_paid() {
     use booking::Condition;
