@@ -7,28 +7,31 @@
 //! 1. undoes stale pending admissions (requests that died before their hold
 //!    was enqueued), by request token (the bug zoo's
 //!    `no_stale_pending_cleanup` skips this step);
-//! 2. re-creates the HELD record of every ledger hold whose deadline passed
+//! 2. takes HELD records of the sale whose deadline is within the sweep
+//!    window or past (the due records);
+//! 3. re-creates the HELD record of every ledger hold whose deadline passed
 //!    more than `booking_copy_slack` ago and that has no record at all (its
 //!    admission message was dead-lettered, so no worker will ever write it):
 //!    without this, nothing would ever release that seat. The record gets the
-//!    hold's deadline (so step 4 decides it now, on a gateway query like any
-//!    other) and a TTL one hold later than now (so the safety net does not
-//!    release it before the reconciler has asked the gateway). A hold whose
-//!    record is PAID with its payment gets its ledger paid mark (the confirm
-//!    path's ledger step failed: [`crate::confirm::mark_paid`] marks the
-//!    record PAID regardless). The hold may be released between the scan and
-//!    the re-creation (by the TTL safety net, on the deletion of the record
-//!    the scan found missing): the re-created record then has no seat, and
-//!    the confirm step, which asks the ledger whose seat it is before it
-//!    claims a record, never marks it PAID (step 5 deletes it);
-//!    then sends the confirmation email of every PAID record whose email is
-//!    still owed a sweep interval after its payment (its winner died
-//!    between the HELD→PAID update and the mark, or its mailer failed):
-//!    [`crate::confirm::send_owed_emails`];
-//! 3. takes HELD records of the sale whose deadline is within the sweep
-//!    window or past;
-//! 4. handles them most overdue first, `sweep_concurrency` at a time, and
-//!    starts no new one once `sweep_budget` has passed;
+//!    hold's deadline (so it is due in this very sweep and decided on a
+//!    gateway query like any other) and a TTL one hold later than now (so
+//!    the safety net does not release it before the reconciler has asked the
+//!    gateway). A hold whose record is PAID with its payment gets its ledger
+//!    paid mark (the confirm path's ledger step failed:
+//!    [`crate::confirm::mark_paid`] marks the record PAID regardless). The
+//!    holds of the due records are not read again, and the step stops at
+//!    half the budget: before, it read the record of every overdue hold one
+//!    by one ahead of the due records and inside their budget, so a backlog
+//!    of overdue holds (a chaos rehearsal's Redis blackhole) left no time to
+//!    start a single due record, sweep after sweep, while the TTL safety net
+//!    released the overdue seats, completed payments among them. The hold
+//!    may be released between the scan and the re-creation (by the TTL
+//!    safety net, on the deletion of the record the scan found missing): the
+//!    re-created record then has no seat, and the confirm step, which asks
+//!    the ledger whose seat it is before it claims a record, never marks it
+//!    PAID (step 5 deletes it);
+//! 4. handles the due records most overdue first, `sweep_concurrency` at a
+//!    time, and starts no new one once `sweep_budget` has passed;
 //! 5. queries the gateway for each and acts on [`decide`]: completed → PAID
 //!    through [`crate::confirm::mark_paid`] (if the ledger no longer holds
 //!    the seat, nothing is marked PAID, a human is alerted and the record is
@@ -37,12 +40,17 @@
 //!    conditional delete of the record; pending before the deadline → leave;
 //!    the query failed → count it on the record; at the threshold extend the
 //!    hold by `hold`, at most `extensions_max` times, then alert a human.
-//!    Never release on uncertainty.
+//!    Never release on uncertainty;
+//! 6. if the budget is not spent, sends the confirmation email of every
+//!    PAID record whose email is still owed a sweep interval after its
+//!    payment (its winner died between the HELD→PAID update and the mark,
+//!    or its mailer failed): [`crate::confirm::send_owed_emails`].
 //!
 //! Release order: ledger first, record second. A crash in between leaves a
 //! HELD record whose ledger hold is gone; the next sweep releases again (a
 //! no-op) and deletes the record.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -56,7 +64,7 @@ use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
     sort_by_deadline, ttl_for_deadline,
 };
-use booking::{AdmittedBooking, Bug, Bugs, SaleId, Settings};
+use booking::{AdmittedBooking, Bug, Bugs, CandidateHash, PaymentId, SaleId, Settings};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
@@ -455,14 +463,8 @@ impl Reconciler {
             self.undo_stale_pending(now_ms, &mut report).await;
         }
 
-        // (2) held holds with no record at all
-        self.recover_orphans(now_ms, &mut report).await;
-
-        // (2b) PAID records whose email is still owed a sweep interval after
-        // the payment: their winner died before sending or marking it
-        self.send_owed_emails(now_ms, &mut report).await;
-
-        // (3) due records of this sale, (4) most overdue first
+        // (2) due records of this sale, read before the orphan step: the
+        // holds behind them have their records, so it need not read those
         let window_end = now_ms.saturating_add(settings.sweep_window.as_millis() as u64);
         let mut due = match self
             .ports
@@ -470,19 +472,39 @@ impl Reconciler {
             .held_due(window_end, self.config.due_limit)
             .await
         {
-            Ok(due) => due,
+            Ok(mut due) => {
+                due.retain(|r| r.sale == *sale && r.status == RecordStatus::Held);
+                Some(due)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "due-holds query failed");
                 report.errors += 1;
-                self.add_totals(&report);
-                return report;
+                None
             }
         };
-        due.retain(|r| r.sale == *sale && r.status == RecordStatus::Held);
+
+        // (3) held holds with no record at all, within half the budget (the
+        // due records must never wait for it); the records it re-creates
+        // are due now
+        let with_record: HashSet<(&CandidateHash, &PaymentId)> = due
+            .iter()
+            .flatten()
+            .map(|r| (&r.candidate, &r.payment_id))
+            .collect();
+        let orphans_until = started_at + settings.sweep_budget / 2;
+        let recovered = self
+            .recover_orphans(now_ms, &with_record, orphans_until, &mut report)
+            .await;
+        let Some(mut due) = due.take() else {
+            self.send_owed_emails(now_ms, &mut report).await;
+            self.add_totals(&report);
+            return report;
+        };
+        due.extend(recovered);
         sort_by_deadline(&mut due);
         report.due = due.len() as u64;
 
-        // (5) SWEEP_CONCURRENCY at a time, no new start after the budget
+        // (4, 5) SWEEP_CONCURRENCY at a time, no new start after the budget
         let concurrency = settings.sweep_concurrency;
         let mut running: JoinSet<Done> = JoinSet::new();
         let mut deferred = 0u64;
@@ -516,6 +538,14 @@ impl Reconciler {
             );
         }
         self.totals.deferred.fetch_add(deferred, Ordering::Relaxed);
+
+        // (6) PAID records whose email is still owed a sweep interval after
+        // the payment (their winner died before sending or marking it),
+        // after the due records and only while the budget lasts: an email
+        // owed waits a sweep more, a hold past its deadline must not
+        if started_at.elapsed() < settings.sweep_budget {
+            self.send_owed_emails(now_ms, &mut report).await;
+        }
         self.add_totals(&report);
         tracing::debug!(?report, "sweep done");
         report
@@ -561,7 +591,7 @@ impl Reconciler {
         }
     }
 
-    /// Step 2b: the email sweep ([`confirm::send_owed_emails`]) over the
+    /// Step 6: the email sweep ([`confirm::send_owed_emails`]) over the
     /// records paid more than a sweep interval ago: a winner still sending
     /// is given that long.
     async fn send_owed_emails(&self, now_ms: u64, report: &mut SweepReport) {
@@ -582,10 +612,19 @@ impl Reconciler {
         }
     }
 
-    /// Step 2: a HELD record for every held hold past its deadline by more
-    /// than `booking_copy_slack` that has no record. A record of another
-    /// payment or sale is left to its own path.
-    async fn recover_orphans(&self, now_ms: u64, report: &mut SweepReport) {
+    /// Step 3: a HELD record for every held hold past its deadline by more
+    /// than `booking_copy_slack` that has no record (the holds of the due
+    /// records, `with_record`, are not read again), until `until`; returns
+    /// the records it wrote. A PAID record of the hold's payment gets its
+    /// ledger mark; a record of another payment or sale is left to its own
+    /// path.
+    async fn recover_orphans(
+        &self,
+        now_ms: u64,
+        with_record: &HashSet<(&CandidateHash, &PaymentId)>,
+        until: tokio::time::Instant,
+        report: &mut SweepReport,
+    ) -> Vec<BookingRecord> {
         let settings = &self.config.settings;
         let sale = &self.config.sale;
         let before = now_ms.saturating_sub(settings.booking_copy_slack.as_millis() as u64);
@@ -599,10 +638,11 @@ impl Reconciler {
             Err(e) => {
                 tracing::warn!(error = %e, "stale held scan failed");
                 report.errors += 1;
-                return;
+                return Vec::new();
             }
         };
         let hold_ms = settings.hold.as_millis() as u64;
+        let mut recovered = Vec::new();
         for (candidate, hold) in stale {
             let HoldState::Held {
                 payment_id,
@@ -611,6 +651,13 @@ impl Reconciler {
             else {
                 continue;
             };
+            if with_record.contains(&(&candidate, &payment_id)) {
+                continue;
+            }
+            if tokio::time::Instant::now() >= until {
+                tracing::debug!("orphan step out of time; the rest waits for the next sweep");
+                break;
+            }
             match self.ports.records.get(&candidate, true).await {
                 Ok(Some(r))
                     if r.status == RecordStatus::Paid
@@ -649,11 +696,17 @@ impl Reconciler {
                 )),
                 ..admitted.held_record()
             };
-            match self.ports.records.put(record, Condition::NotExists).await {
+            match self
+                .ports
+                .records
+                .put(record.clone(), Condition::NotExists)
+                .await
+            {
                 Ok(()) => {
                     tracing::warn!(candidate = %candidate, payment = %payment_id, deadline_ms,
                         "held hold had no record (dead-lettered admission?): record re-created");
                     report.orphans_recovered += 1;
+                    recovered.push(record);
                 }
                 Err(RecordError::ConditionFailed { .. }) => {} // a worker was faster
                 Err(e) => {
@@ -662,6 +715,7 @@ impl Reconciler {
                 }
             }
         }
+        recovered
     }
 
     /// Marks paid in the ledger the seat of a PAID record whose hold the

@@ -400,8 +400,9 @@ async fn a_held_hold_with_no_record_is_recovered_then_released_or_paid() {
 /// reconciler fell behind. The TTL service deleted the HELD record; the
 /// reconciler's orphan sweep, which found the hold without its record,
 /// re-created the record; the safety net then released the seat on the
-/// deletion; the reconciler's next sweep asked the gateway, heard
-/// "completed", and marked the re-created record PAID: a PAID booking with
+/// deletion (here: while the gateway query about the re-created record is
+/// in flight; in the rehearsal a sweep later); the reconciler heard
+/// "completed" and marked the re-created record PAID: a PAID booking with
 /// no seat in the ledger ("record Paid, ledger None", the level's count
 /// below its PAID records). The confirm step asks the ledger whose seat it
 /// is before it claims the record now: the seat is not held, nothing goes
@@ -429,26 +430,22 @@ async fn a_record_recreated_for_a_hold_the_safety_net_releases_is_never_marked_p
     // the reconciler lags: the TTL service deletes the HELD record first
     s.clock.advance(minutes(13));
     assert_eq!(s.records.sweep_ttl(10).len(), 1);
-    // a sweep whose budget is spent before any due record starts (as the
-    // rehearsal's "sweep budget spent" sweeps): the orphan step re-creates
-    // the record of the hold it finds without one
-    let behind = Settings {
-        sweep_budget: Duration::ZERO,
-        ..s.settings.clone()
-    };
-    let report = s.reconciler_with("a", behind).sweep().await;
-    assert_eq!(
-        (report.orphans_recovered, report.started),
-        (1, 0),
-        "{report:?}"
-    );
-    // the safety net acts on the deletion: the seat goes back
+    // a sweep: the orphan step finds the hold without its record and
+    // re-creates it, and the gateway is asked about it (slowly) ...
+    *s.gateway.delay.lock() = Duration::from_secs(1);
+    let r = s.reconciler("a");
+    let sweep = tokio::spawn(async move { r.sweep().await });
+    while !s.gateway.queried.lock().contains(&pay("P1")) {
+        tokio::task::yield_now().await;
+    }
+    // ... while the safety net acts on the deletion: the seat goes back
     let batch = expiry.poll_once(Duration::ZERO).await.unwrap();
     assert_eq!(batch.failed_at, None);
     assert_eq!(expiry.stats().released, 1);
     assert_eq!(s.count().await, 0);
-    // the next sweep decides the re-created record on the gateway's answer
-    let report = s.reconciler("a").sweep().await;
+    // the gateway answers "completed"
+    let report = sweep.await.unwrap();
+    assert_eq!(report.orphans_recovered, 1, "{report:?}");
     assert_eq!((report.paid, report.released), (0, 1), "{report:?}");
     // the ledger's paid marks are exactly the PAID records, and the count
     // is the holds plus the paid
@@ -467,6 +464,83 @@ async fn a_record_recreated_for_a_hold_the_safety_net_releases_is_never_marked_p
     assert_eq!(s.count().await, 1);
     let report = s.reconciler("a").sweep().await;
     assert_eq!((report.orphans_recovered, report.due), (0, 0), "{report:?}");
+}
+
+/// The same rehearsal, one step earlier: after the blackhole the leader's
+/// sweeps logged "sweep budget spent" with every due record deferred, sweep
+/// after sweep, for eleven seconds, while the TTL service deleted the
+/// overdue records and the safety net released their seats (completed
+/// payments among them). The orphan step ran before the due records, inside
+/// their budget, and read the record of every held hold past its deadline
+/// one by one: a backlog of overdue holds (each with its record) made that
+/// step outlast the budget, so no due record was started, so the backlog
+/// grew. The orphan step now skips the holds whose HELD records the due
+/// query already returned and stops at half the budget: the most overdue
+/// records are decided in every sweep.
+#[tokio::test(start_paused = true)]
+async fn a_backlog_of_overdue_holds_does_not_starve_the_due_records() {
+    use std::sync::Arc;
+
+    use booking::Condition;
+    use booking_service::reconciler::{Reconciler, ReconcilerConfig, ReconcilerPorts};
+    use faults::{Injector, Schedule, wrappers::FaultyRecords};
+
+    const BACKLOG: usize = 12;
+    let names: Vec<String> = (0..BACKLOG).map(|i| format!("c{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let s = Stack::new(BACKLOG as u32, &refs).await;
+    for (i, name) in names.iter().enumerate() {
+        let m = s.book(name, &format!("t{i}"), &format!("P{i}")).await;
+        s.records
+            .put(m.held_record(), Condition::NotExists)
+            .await
+            .unwrap();
+    }
+    // every hold is past its deadline and the copy's slack; no payer paid
+    s.clock.advance(minutes(13));
+    // each record read takes 100 ms (a loaded store); the budget is 500 ms
+    let schedule = Schedule::from_toml(
+        r#"
+        [[fault]]
+        name = "records-get-slow"
+        target = "records"
+        ops = ["get"]
+        start_ms = 0
+        duration_ms = 3_600_000
+        kind = { type = "latency", delay = { fixed = { ms = 100 } } }
+        "#,
+    )
+    .unwrap();
+    let injector = Arc::new(Injector::new(schedule, 7, Arc::new(s.clock.clone())));
+    let records = Arc::new(FaultyRecords::new(
+        s.records.clone(),
+        s.records.clone(),
+        injector,
+    ));
+    let settings = Settings {
+        sweep_budget: Duration::from_millis(500),
+        ..s.settings.clone()
+    };
+    let r = Reconciler::new(
+        ReconcilerPorts {
+            records,
+            ledger: s.ledger.clone(),
+            gateway: s.gateway.clone(),
+            coordination: s.coordination.clone(),
+            mailer: s.mailer.clone(),
+            alerts: s.alerts.clone(),
+            clock: Arc::new(s.clock.clone()),
+        },
+        ReconcilerConfig::new(s.sale.clone(), "test", "a", settings),
+    );
+    let report = r.sweep().await;
+    assert_eq!(report.due, BACKLOG as u64, "{report:?}");
+    assert_eq!(
+        report.released, BACKLOG as u64,
+        "every overdue hold decided in the first sweep: {report:?}"
+    );
+    assert_eq!(r.stats().deferred, 0);
+    assert_eq!(s.count().await, 0);
 }
 
 /// A hold with a record is never re-created, even far past its deadline
