@@ -51,7 +51,7 @@ impl QueueTime {
 
     /// `ARGV[1]` of a script call issued now: the client's time in ms, or
     /// [`SERVER_TIME_ARG`].
-    pub fn arg(&self) -> String {
+    pub(crate) fn arg(&self) -> String {
         match self {
             QueueTime::Server => SERVER_TIME_ARG.to_owned(),
             QueueTime::Client(clock) => clock.now_ms().to_string(),
