@@ -24,9 +24,28 @@
 //! is. Between that read and the write a release could still slip in; the
 //! record it would leave has no ledger hold, and the reconciler's next sweep
 //! releases it again (a no-op) and deletes it.
+//!
+//! A poller handles its batch (up to ten messages) one message after
+//! another, and every message of the batch became invisible for the
+//! visibility timeout when the batch was received. A slow batch (a loaded
+//! store, a rehearsal's scaled 0.6 s timeout) would outlive it: the rest of
+//! the batch reappears, another poller receives it (which invalidates this
+//! poller's receipts: its deletes are refused), and five receives later the
+//! messages are dead letters. So the worker keeps the messages it still
+//! holds hidden, as SQS consumers do (a heartbeat of ChangeMessageVisibility,
+//! [`Worker::process_batch`]): once [`VISIBILITY_HEARTBEAT_AT`] of the
+//! visibility timeout has passed since the batch was received (or last
+//! extended), it extends the visibility of every message of the batch not
+//! yet handled, the one in hand included, by one visibility timeout. A batch
+//! handled within that time costs no extra call. An extension that fails is
+//! logged and the handling goes on (the message may be delivered again: the
+//! at-least-once path the worker already handles). An extension whose
+//! receipt is refused means another receive holds the message now: the
+//! worker does not handle it ([`Outcome::Lost`]), as it never deletes with a
+//! receipt that is no longer the message's latest.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use booking::bugs::{Bug, Bugs};
@@ -37,8 +56,11 @@ use booking::records::{
     BookingRecord, Condition, RecordError, RecordStatus, RecordStore, WorkerVerdict,
     classify_conflict,
 };
-use booking::{AdmittedBooking, PaymentId, RequestToken};
+use booking::settings::VISIBILITY_TIMEOUT;
+use booking::{AdmittedBooking, PaymentId, QueueError, RequestToken};
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::{Shutdown, stopped, stopping};
 
@@ -127,6 +149,10 @@ pub enum Outcome {
     LeftForRetry(String),
     /// Unreadable or invalid: sent on to the dead-letter queue.
     Poison(String),
+    /// Not handled: extending its visibility was refused for its receipt (the
+    /// visibility ran out and it may have been received again), so the
+    /// message belongs to its latest receive, not to this one.
+    Lost,
 }
 
 impl Outcome {
@@ -209,7 +235,29 @@ pub struct WorkerConfig {
     /// two loops never hold messages of one group at once, and each loop
     /// handles its batch in order.
     pub pollers: usize,
+    /// The queue's visibility timeout (`Settings::visibility_timeout`, the
+    /// article's 60 s; a rehearsal scales it): the worker extends the
+    /// messages it still holds by this much once [`VISIBILITY_HEARTBEAT_AT`]
+    /// of it has passed ([`Worker::process_batch`]). Zero: no extensions.
+    pub visibility: Duration,
 }
+
+impl WorkerConfig {
+    /// How long after a batch's receive (or its last extension) the worker
+    /// extends the visibility of the messages it still holds:
+    /// [`VISIBILITY_HEARTBEAT_AT`] of [`WorkerConfig::visibility`]; `None`
+    /// for a zero visibility (no extensions).
+    pub fn heartbeat_after(&self) -> Option<Duration> {
+        (!self.visibility.is_zero()).then(|| self.visibility.mul_f64(VISIBILITY_HEARTBEAT_AT))
+    }
+}
+
+/// The fraction of the visibility timeout after which the worker extends
+/// the visibility of the messages of a batch it still holds (one half: the
+/// other half is the margin for the extension's own round trip, a poller
+/// starved of CPU, and the receive's answer, whose visibility started a
+/// little before the worker's clock reads the batch as received).
+pub const VISIBILITY_HEARTBEAT_AT: f64 = 0.5;
 
 /// Receive loops per instance: each message costs a few round trips to a
 /// shared store (the ledger read, the conditional put, the delete), so one
@@ -231,6 +279,7 @@ impl Default for WorkerConfig {
             receive_backoff: Duration::from_secs(1),
             bugs: Bugs::none(),
             pollers: WORKER_POLLERS,
+            visibility: VISIBILITY_TIMEOUT,
         }
     }
 }
@@ -264,10 +313,17 @@ pub struct WorkerStats {
     pub receive_failures: AtomicU64,
     /// Dead letters seen (and alerted).
     pub dead_letters: AtomicU64,
+    /// Visibility extensions of held messages that the queue accepted (one
+    /// per message per heartbeat).
+    pub visibility_extended: AtomicU64,
+    /// Messages not handled because their receipt was refused
+    /// ([`Outcome::Lost`]).
+    pub lost: AtomicU64,
 }
 
 /// A snapshot of [`WorkerStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 #[allow(missing_docs)]
 pub struct WorkerCounts {
     pub received: u64,
@@ -283,6 +339,8 @@ pub struct WorkerCounts {
     pub queue_errors: u64,
     pub receive_failures: u64,
     pub dead_letters: u64,
+    pub visibility_extended: u64,
+    pub lost: u64,
 }
 
 impl WorkerStats {
@@ -303,6 +361,8 @@ impl WorkerStats {
             queue_errors: g(&self.queue_errors),
             receive_failures: g(&self.receive_failures),
             dead_letters: g(&self.dead_letters),
+            visibility_extended: g(&self.visibility_extended),
+            lost: g(&self.lost),
         }
     }
 
@@ -316,6 +376,7 @@ impl WorkerStats {
             Outcome::Released => &self.released,
             Outcome::Ambiguous | Outcome::LeftForRetry(_) => &self.left,
             Outcome::Poison(_) => &self.poison,
+            Outcome::Lost => &self.lost,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -323,6 +384,17 @@ impl WorkerStats {
 
 fn bump(a: &AtomicU64) {
     a.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The hold a poller keeps on the batch in hand.
+#[derive(Debug)]
+struct Lease {
+    /// When the next extension is due.
+    next_beat: Instant,
+    /// [`WorkerConfig::heartbeat_after`].
+    every: Duration,
+    /// Per message of the batch: an extension was refused for its receipt.
+    lost: Vec<bool>,
 }
 
 /// The worker.
@@ -467,18 +539,121 @@ impl Worker {
         outcome
     }
 
-    /// One receive (waiting up to `wait`) and its messages, in order.
+    /// One receive (waiting up to `wait`) and its messages, in order
+    /// ([`Worker::process_batch`]).
     pub async fn poll_once(&self, wait: Duration) -> Result<Vec<Outcome>, booking::QueueError> {
         let batch = self
             .queue
             .receive(self.config.batch.clamp(1, RECEIVE_BATCH_MAX), wait)
             .await
             .inspect_err(|_| bump(&self.stats.receive_failures))?;
+        Ok(self.process_batch(&batch, Instant::now()).await)
+    }
+
+    /// Processes a batch received at `received_at` ([`Worker::process`]
+    /// each message, in order), keeping the messages not yet done with
+    /// invisible: whenever [`WorkerConfig::heartbeat_after`] has passed since
+    /// the receive or the last extension (checked before each message, and
+    /// on a timer while one is in hand), the visibility of every message
+    /// from the one in hand on is extended by [`WorkerConfig::visibility`].
+    /// A batch done with sooner makes no extra call.
+    ///
+    /// A message whose extension is refused for its receipt is not handled
+    /// ([`Outcome::Lost`]): its latest receive, elsewhere, handles it. An
+    /// extension that fails otherwise is counted as a queue error and the
+    /// message is handled anyway.
+    pub async fn process_batch(&self, batch: &[Received], received_at: Instant) -> Vec<Outcome> {
         let mut outcomes = Vec::with_capacity(batch.len());
-        for received in &batch {
-            outcomes.push(self.process(received).await);
+        let Some(every) = self.config.heartbeat_after() else {
+            for received in batch {
+                outcomes.push(self.process(received).await);
+            }
+            return outcomes;
+        };
+        let mut lease = Lease {
+            next_beat: received_at + every,
+            every,
+            lost: vec![false; batch.len()],
+        };
+        for (i, received) in batch.iter().enumerate() {
+            if Instant::now() >= lease.next_beat {
+                self.extend(&batch[i..], &mut lease, i).await;
+            }
+            if lease.lost[i] {
+                bump(&self.stats.received);
+                self.stats.count(&Outcome::Lost);
+                tracing::info!(
+                    receive_count = received.receive_count,
+                    "receipt refused before handling: left to the message's latest receive"
+                );
+                outcomes.push(Outcome::Lost);
+                continue;
+            }
+            outcomes.push(self.process_holding(batch, i, &mut lease).await);
         }
-        Ok(outcomes)
+        outcomes
+    }
+
+    /// [`Worker::process`] of `batch[i]`, extending the visibility of
+    /// `batch[i..]` on [`Lease`]'s timer while it runs. An extension under
+    /// way when the message is done with is waited for, not dropped.
+    async fn process_holding(&self, batch: &[Received], i: usize, lease: &mut Lease) -> Outcome {
+        let finished = AtomicBool::new(false);
+        let done = Notify::new();
+        let work = async {
+            let outcome = self.process(&batch[i]).await;
+            finished.store(true, Ordering::Release);
+            // a permit is kept if the heartbeat is not waiting right now
+            done.notify_one();
+            outcome
+        };
+        let heartbeat = async {
+            while !finished.load(Ordering::Acquire) {
+                tokio::select! {
+                    biased;
+                    () = done.notified() => break,
+                    () = tokio::time::sleep_until(lease.next_beat) => {}
+                }
+                if finished.load(Ordering::Acquire) {
+                    break;
+                }
+                self.extend(&batch[i..], lease, i).await;
+            }
+        };
+        let (outcome, ()) = tokio::join!(work, heartbeat);
+        outcome
+    }
+
+    /// One heartbeat: extends the visibility of the messages of `rest`
+    /// (`batch[first..]`) not lost, all at once, by one visibility timeout;
+    /// the next is due [`Lease::every`] after this one began.
+    async fn extend(&self, rest: &[Received], lease: &mut Lease, first: usize) {
+        lease.next_beat = Instant::now() + lease.every;
+        let held: Vec<usize> = (first..first + rest.len())
+            .filter(|&j| !lease.lost.get(j).copied().unwrap_or(true))
+            .collect();
+        let results = futures_util::future::join_all(held.iter().map(|&j| {
+            self.queue
+                .change_visibility(&rest[j - first].receipt, self.config.visibility)
+        }))
+        .await;
+        for (j, result) in held.into_iter().zip(results) {
+            match result {
+                Ok(()) => bump(&self.stats.visibility_extended),
+                Err(QueueError::InvalidReceipt) => {
+                    // its visibility ran out (or it was deleted just now,
+                    // when it is the message in hand): not ours any more
+                    if let Some(lost) = lease.lost.get_mut(j) {
+                        *lost = true;
+                    }
+                    tracing::debug!("visibility not extended: receipt no longer valid");
+                }
+                Err(e) => {
+                    bump(&self.stats.queue_errors);
+                    tracing::warn!(error = %e, "visibility not extended; handling goes on");
+                }
+            }
+        }
     }
 
     /// Whether a poller should look at the dead-letter queue now: at most
@@ -548,9 +723,7 @@ impl Worker {
             };
             match received {
                 Ok(batch) => {
-                    for received in &batch {
-                        self.process(received).await;
-                    }
+                    self.process_batch(&batch, Instant::now()).await;
                 }
                 Err(e) => {
                     bump(&self.stats.receive_failures);

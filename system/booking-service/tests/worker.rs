@@ -316,3 +316,275 @@ async fn the_zoos_worker_bugs_keep_the_stale_record_and_one_gives_a_seat_back() 
         assert_eq!(s.count().await, count_after, "{bug}");
     }
 }
+
+/// A queue that passes every call on, notes each receive (by deduplication
+/// ID) and counts the visibility changes, and answers the changes of the
+/// messages named in `refuse` with that error instead of passing them on.
+#[derive(Debug)]
+struct Watched {
+    inner: Arc<dyn Queue>,
+    /// (deduplication ID, receive count) of every message received.
+    received: parking_lot::Mutex<Vec<(String, u32)>>,
+    /// Receipt → deduplication ID.
+    receipts: parking_lot::Mutex<std::collections::HashMap<String, String>>,
+    /// Deduplication ID → the error its visibility changes get.
+    refuse: parking_lot::Mutex<std::collections::HashMap<String, booking::QueueError>>,
+    visibility_changes: std::sync::atomic::AtomicU64,
+}
+
+impl Watched {
+    fn new(inner: Arc<dyn Queue>) -> Watched {
+        Watched {
+            inner,
+            received: Default::default(),
+            receipts: Default::default(),
+            refuse: Default::default(),
+            visibility_changes: Default::default(),
+        }
+    }
+
+    fn changes(&self) -> u64 {
+        self.visibility_changes
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Queue for Watched {
+    async fn send(
+        &self,
+        m: booking::queue::Message,
+    ) -> Result<booking::SendOutcome, booking::QueueError> {
+        self.inner.send(m).await
+    }
+    async fn receive(
+        &self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Received>, booking::QueueError> {
+        let batch = self.inner.receive(max, wait).await?;
+        for r in &batch {
+            let id = r.message.deduplication_id.clone();
+            self.received.lock().push((id.clone(), r.receive_count));
+            self.receipts.lock().insert(r.receipt.0.clone(), id);
+        }
+        Ok(batch)
+    }
+    async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), booking::QueueError> {
+        self.inner.delete(receipt).await
+    }
+    async fn change_visibility(
+        &self,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> Result<(), booking::QueueError> {
+        self.visibility_changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let id = self.receipts.lock().get(&receipt.0).cloned();
+        if let Some(e) = id.and_then(|id| self.refuse.lock().get(&id).cloned()) {
+            return Err(e);
+        }
+        self.inner.change_visibility(receipt, timeout).await
+    }
+    async fn oldest_age(&self) -> Result<Option<Duration>, booking::QueueError> {
+        self.inner.oldest_age().await
+    }
+    async fn depth(&self) -> Result<booking::QueueDepth, booking::QueueError> {
+        self.inner.depth().await
+    }
+    async fn dead_letters(&self) -> Result<Vec<booking::queue::Message>, booking::QueueError> {
+        self.inner.dead_letters().await
+    }
+}
+
+/// A rehearsal's visibility timeout (the article's 60 s scaled by 0.01).
+const SCALED_VISIBILITY: Duration = Duration::from_millis(600);
+
+/// An embedded queue whose visibility timeout runs on tokio's (paused)
+/// time, with [`SCALED_VISIBILITY`] and the article's five receives, watched.
+fn scaled_queue() -> (Arc<Watched>, Arc<dyn booking::Clock>) {
+    use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
+    let clock: Arc<dyn booking::Clock> = Arc::new(faults::TokioClock::new(common::START_MS));
+    let queue = EmbeddedQueue::new(
+        clock.clone(),
+        QueueConfig {
+            visibility_timeout: SCALED_VISIBILITY,
+            ..QueueConfig::default()
+        },
+    );
+    (Arc::new(Watched::new(Arc::new(queue))), clock)
+}
+
+/// The record store, each `put` taking `ms` (a loaded store).
+fn slow_puts(s: &Stack, clock: Arc<dyn booking::Clock>, ms: u64) -> Arc<dyn RecordStore> {
+    use faults::{Injector, Schedule, wrappers::FaultyRecords};
+    let schedule = Schedule::from_toml(&format!(
+        r#"
+        [[fault]]
+        name = "records-put-slow"
+        target = "records"
+        ops = ["put"]
+        start_ms = 0
+        duration_ms = 3_600_000
+        kind = {{ type = "latency", delay = {{ fixed = {{ ms = {ms} }} }} }}
+        "#
+    ))
+    .unwrap();
+    let injector = Arc::new(Injector::new(schedule, 7, clock));
+    Arc::new(FaultyRecords::new(
+        s.records.clone(),
+        s.records.clone(),
+        injector,
+    ))
+}
+
+fn scaled_worker(s: &Stack, queue: Arc<Watched>, records: Arc<dyn RecordStore>) -> Worker {
+    Worker::new(
+        queue,
+        records,
+        s.ledger.clone(),
+        s.alerts.clone(),
+        WorkerConfig {
+            visibility: SCALED_VISIBILITY,
+            pollers: 2,
+            wait: Duration::from_millis(100),
+            ..WorkerConfig::default()
+        },
+    )
+}
+
+/// Books each of `names` and queues its message; the deduplication IDs, in
+/// order.
+async fn queue_bookings(s: &Stack, queue: &Watched, names: &[String]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let m = s.book(name, &format!("t{i}"), &format!("P{i}")).await;
+        let message = m.to_message().unwrap();
+        ids.push(message.deduplication_id.clone());
+        queue.send(message).await.unwrap();
+    }
+    ids
+}
+
+/// Measured in a loaded rehearsal (visibility 0.6 s): a poller handled its
+/// batch of ten one message after another, for up to 3.8 s; the messages
+/// not yet handled reappeared after 0.6 s, another poller received them
+/// (half the deletes were refused for an invalid receipt) and after five
+/// receives they were dead letters. The worker now extends the visibility
+/// of the messages it still holds: a batch that takes five visibility
+/// timeouts is received once, every message stored and deleted.
+#[tokio::test(start_paused = true)]
+async fn a_batch_slower_than_the_visibility_is_kept_hidden_and_received_once() {
+    const N: usize = 10;
+    let names: Vec<String> = (0..N).map(|i| format!("slow-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let s = Stack::new(N as u32, &refs).await;
+    let (queue, clock) = scaled_queue();
+    let ids = queue_bookings(&s, &queue, &names).await;
+    // each write takes 300 ms: the batch of ten takes 3 s, five timeouts
+    let w = Arc::new(scaled_worker(&s, queue.clone(), slow_puts(&s, clock, 300)));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn({
+        let w = w.clone();
+        async move { w.run(rx).await }
+    });
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    tx.send(true).unwrap();
+    task.await.unwrap();
+
+    let received = queue.received.lock().clone();
+    assert!(
+        received.iter().all(|(_, count)| *count == 1),
+        "no message received twice: {received:?}"
+    );
+    let mut got: Vec<String> = received.into_iter().map(|(id, _)| id).collect();
+    got.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(got, want, "every message received once");
+    assert!(queue.dead_letters().await.unwrap().is_empty());
+    assert!(s.alerts.kinds().is_empty(), "{:?}", s.alerts.kinds());
+    assert_eq!(s.records.scan_all().await.unwrap().len(), N);
+    let counts = w.stats();
+    assert_eq!(
+        (counts.received, counts.stored, counts.deleted),
+        (N as u64, N as u64, N as u64),
+        "{counts:?}"
+    );
+    assert_eq!((counts.queue_errors, counts.lost), (0, 0), "{counts:?}");
+    // each message is extended every 300 ms until it is done with: the
+    // last, held for 3 s, nine times
+    assert!(counts.visibility_extended >= 9, "{counts:?}");
+    assert_eq!(counts.visibility_extended, queue.changes(), "{counts:?}");
+    let depth = queue.depth().await.unwrap();
+    assert_eq!(depth.visible + depth.in_flight, 0);
+}
+
+/// The fast path costs nothing: a batch done with before half the
+/// visibility timeout makes no visibility call.
+#[tokio::test(start_paused = true)]
+async fn a_batch_handled_in_time_makes_no_visibility_call() {
+    const N: usize = 10;
+    let names: Vec<String> = (0..N).map(|i| format!("fast-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let s = Stack::new(N as u32, &refs).await;
+    let (queue, clock) = scaled_queue();
+    queue_bookings(&s, &queue, &names).await;
+    // ten writes of 25 ms: 250 ms, under the heartbeat's 300 ms
+    let w = scaled_worker(&s, queue.clone(), slow_puts(&s, clock, 25));
+    let outcomes = w.poll_once(WAIT).await.unwrap();
+    assert_eq!(outcomes, vec![Outcome::Stored; N]);
+    assert_eq!(queue.changes(), 0, "no visibility call");
+    assert_eq!(w.stats().visibility_extended, 0);
+    assert_eq!(w.stats().deleted, N as u64);
+}
+
+/// An extension refused for a message's receipt: the message is not
+/// handled (its latest receive owns it) and comes back; an extension that
+/// fails otherwise: the message is handled anyway (at least once).
+#[tokio::test(start_paused = true)]
+async fn a_refused_extension_leaves_the_message_and_a_failed_one_does_not() {
+    let names: Vec<String> = (0..3).map(|i| format!("beat-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let s = Stack::new(3, &refs).await;
+    let (queue, clock) = scaled_queue();
+    let ids = queue_bookings(&s, &queue, &names).await;
+    queue.refuse.lock().insert(
+        ids[1].clone(),
+        booking::QueueError::Unavailable("scripted".into()),
+    );
+    queue
+        .refuse
+        .lock()
+        .insert(ids[2].clone(), booking::QueueError::InvalidReceipt);
+    // each write takes 400 ms: the first heartbeat comes during the first
+    let w = scaled_worker(&s, queue.clone(), slow_puts(&s, clock, 400));
+    let outcomes = w.poll_once(WAIT).await.unwrap();
+    assert_eq!(
+        outcomes,
+        vec![Outcome::Stored, Outcome::Stored, Outcome::Lost]
+    );
+    assert!(
+        s.records
+            .get(&cand(&names[2]), true)
+            .await
+            .unwrap()
+            .is_none(),
+        "a lost message is not handled"
+    );
+    let counts = w.stats();
+    assert_eq!(counts.lost, 1, "{counts:?}");
+    // the first extended; the second's extensions failed, and so did its
+    // delete (its visibility ran out while it was written)
+    assert!(counts.visibility_extended >= 1, "{counts:?}");
+    assert!(counts.queue_errors >= 2, "{counts:?}");
+    assert_eq!(counts.deleted, 1, "{counts:?}");
+    // both come back and are done with
+    queue.refuse.lock().clear();
+    tokio::time::sleep(SCALED_VISIBILITY).await;
+    let mut again = w.poll_once(WAIT).await.unwrap();
+    again.sort_by_key(|o| format!("{o:?}"));
+    assert_eq!(again, vec![Outcome::Duplicate, Outcome::Stored]);
+    assert_eq!(s.records.scan_all().await.unwrap().len(), 3);
+    assert!(queue.dead_letters().await.unwrap().is_empty());
+}
