@@ -668,6 +668,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
             alerts.clone(),
             WorkerConfig {
                 bugs: config.bugs.clone(),
+                visibility: settings.visibility_timeout,
                 ..WorkerConfig::default()
             },
         ));

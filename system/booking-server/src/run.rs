@@ -130,6 +130,8 @@ fn spawn_loops(
         WorkerConfig {
             wait: WORKER_WAIT,
             bugs: settings.bugs.clone(),
+            // the heartbeat extends a slow batch's messages before this runs out
+            visibility: settings.visibility_timeout,
             ..WorkerConfig::default()
         },
     ));
@@ -394,6 +396,8 @@ impl Sampler {
                 ("left", w.left),
                 ("poison", w.poison),
                 ("dead_letter", w.dead_letters),
+                ("visibility_extended", w.visibility_extended),
+                ("lost", w.lost),
             ],
             token_grants: t.grants,
             token_refreshes: t.refreshes,
