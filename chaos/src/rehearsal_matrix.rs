@@ -18,10 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::matrix::MatrixProfile;
 
 /// The schedules the `ci` profile runs: every built-in one written for the
-/// short profile but `redis-link-blackhole`, which fails today (see the
-/// chaos README: an admission whose Redis link hangs past the API's budget
-/// can end PAID with no seat in the ledger).
-pub const CI_SCHEDULES: [&str; 9] = [
+/// short profile.
+pub const CI_SCHEDULES: [&str; 10] = [
     "kill-after-admission",
     "kill-after-create",
     "kill-after-enqueue",
@@ -30,6 +28,7 @@ pub const CI_SCHEDULES: [&str; 9] = [
     "redis-restart",
     "instance-pause-restart",
     "link-trouble",
+    "redis-link-blackhole",
     "ports-and-gateway",
 ];
 
