@@ -40,6 +40,10 @@ pub const REHEARSAL: &[(&str, &str)] = &[
         include_str!("../schedules/rehearsal/redis-restart.toml"),
     ),
     (
+        "redis-restart-instance-0-restarted",
+        include_str!("../schedules/rehearsal/redis-restart-instance-0-restarted.toml"),
+    ),
+    (
         "instance-pause-restart",
         include_str!("../schedules/rehearsal/instance-pause-restart.toml"),
     ),
