@@ -35,7 +35,10 @@
 //! 5. queries the gateway for each and acts on [`decide`]: completed → PAID
 //!    through [`crate::confirm::mark_paid`] (if the ledger no longer holds
 //!    the seat, nothing is marked PAID, a human is alerted and the record is
-//!    deleted like a released one); cancelled/failed, or not
+//!    deleted like a released one; if the record went away under the query,
+//!    deleted by the TTL service, the PAID record is written from the record
+//!    in hand, ledger first, so the safety net's release finds the seat
+//!    paid); cancelled/failed, or not
 //!    completed after the deadline → payment-guarded ledger release, then a
 //!    conditional delete of the record; pending before the deadline → leave;
 //!    the query failed → count it on the record; at the threshold extend the
@@ -852,6 +855,12 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
                     // released, so is the booking
                     delete_released(ports, &record, None).await
                 }
+                Ok(MarkPaidOutcome::NotHeld { current: None }) => {
+                    // the record went away under the query (the TTL service
+                    // deleted it): the booking is written from the record
+                    // in hand, the ledger first
+                    paid_from_record(ports, config, &record, request).await
+                }
                 Ok(_) => Done::Left,
                 Err(e) => {
                     tracing::warn!(error = %e, "HELD→PAID failed; next sweep retries");
@@ -918,6 +927,54 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
             )
             .await;
             Done::Alerted
+        }
+    }
+}
+
+/// A completed payment whose HELD record vanished between the due query and
+/// the HELD→PAID update: the TTL service deleted it (its TTL is the
+/// deadline) while the gateway query was out, and the safety net releases
+/// the seat on that deletion without asking the gateway. Leaving it (as
+/// this path did) lost completed payments in a chaos rehearsal: money
+/// taken, no booking. The record in hand stands for the booking copy:
+/// [`confirm::mark_paid_from_copy`] marks the ledger paid first (so the
+/// net's payment-guarded release finds the seat paid; if the net was
+/// faster the ledger answers `NoMatch`, nothing is written and a human is
+/// alerted), then writes the PAID record.
+async fn paid_from_record(
+    ports: &ReconcilerPorts,
+    config: &ReconcilerConfig,
+    record: &BookingRecord,
+    request: PaidRequest,
+) -> Done {
+    let copy = AdmittedBooking {
+        candidate: record.candidate.clone(),
+        sale: record.sale.clone(),
+        level: record.level.clone(),
+        payment_id: record.payment_id.clone(),
+        signature: None,
+        token: None,
+        request_ms: record.created_ms,
+        deadline_ms: record.deadline_ms,
+    };
+    tracing::warn!(candidate = %record.candidate, payment = %record.payment_id,
+        "completed payment whose HELD record went away under the query: PAID from the record");
+    let confirm_ports = ports.confirm(&config.settings.bugs);
+    match confirm::mark_paid_from_copy(
+        confirm_ports,
+        &copy,
+        request.trx_id,
+        request.path,
+        request.now_ms,
+    )
+    .await
+    {
+        confirm::FromCopy::Won { .. } => Done::Paid,
+        confirm::FromCopy::AlreadyPaid { .. } | confirm::FromCopy::NotOurs { .. } => Done::Left,
+        confirm::FromCopy::Uncertain(why) => {
+            tracing::warn!(candidate = %record.candidate, payment = %record.payment_id, %why,
+                "PAID from the record uncertain; the orphan sweep retries while the seat is held");
+            Done::Error
         }
     }
 }

@@ -466,6 +466,75 @@ async fn a_record_recreated_for_a_hold_the_safety_net_releases_is_never_marked_p
     assert_eq!((report.orphans_recovered, report.due), (0, 0), "{report:?}");
 }
 
+/// The headline chaos rehearsal (instance-1 killed holding execute locks,
+/// Redis paused, a slow gateway link): seven completed payments ended with
+/// no PAID booking. The leader's sweep listed a due HELD record, queried the
+/// gateway (slow), and while the query was out the TTL service deleted the
+/// record (its TTL is the deadline). The gateway said "completed", and the
+/// HELD→PAID update found no record: "HELD→PAID refused: no HELD record
+/// with this payment … path=Reconciler", and the sweep left it. The safety
+/// net then released the seat on the TTL deletion ("TTL deletion of a HELD
+/// record: seat released by the safety net", 130 ms later): money taken, no
+/// booking. The reconciler had the record it was deciding on in hand and the
+/// ledger still held the seat for this payment: it now marks the ledger paid
+/// first and writes the PAID record from what it read, so the net's release
+/// finds the seat paid.
+#[tokio::test(start_paused = true)]
+async fn a_completed_payment_whose_record_the_ttl_deletes_under_the_query_is_paid() {
+    use booking::Condition;
+    use booking_service::expiry::ExpiryHandler;
+
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.held_record(), Condition::NotExists)
+        .await
+        .unwrap();
+    // paid before the deadline; the callback's execute holder died
+    s.gateway.set(
+        &pay("P1"),
+        Script::State(GatewayPaymentState::Completed {
+            trx_id: "TRX1".into(),
+        }),
+    );
+    let expiry = ExpiryHandler::new(s.records.clone(), s.ledger.clone(), 0);
+    // the reconciler lags past the deadline; its sweep lists the record
+    // and asks the gateway, slowly ...
+    s.clock.advance(minutes(11));
+    *s.gateway.delay.lock() = Duration::from_secs(1);
+    let r = s.reconciler("a");
+    let sweep = tokio::spawn(async move { r.sweep().await });
+    while !s.gateway.queried.lock().contains(&pay("P1")) {
+        tokio::task::yield_now().await;
+    }
+    // ... while the TTL service deletes the HELD record
+    assert_eq!(s.records.sweep_ttl(10).len(), 1);
+    // the gateway answers "completed"
+    let report = sweep.await.unwrap();
+    assert_eq!((report.due, report.released), (1, 0), "{report:?}");
+    // then the safety net acts on the deletion: the seat must stay paid
+    let batch = expiry.poll_once(Duration::ZERO).await.unwrap();
+    assert_eq!(batch.failed_at, None);
+    assert_eq!(expiry.stats().released, 0, "the net released a paid seat");
+    assert_eq!(s.count().await, 1, "a paid seat stays counted");
+    assert_eq!(
+        s.ledger.paid(&s.sale, &cand("x")).await.unwrap(),
+        Some(pay("P1"))
+    );
+    let record = s.records.get(&cand("x"), true).await.unwrap();
+    let record = record.expect("a completed payment has its PAID record");
+    assert_eq!(record.status, RecordStatus::Paid);
+    assert_eq!(record.payment_id, pay("P1"));
+    assert_eq!(record.expires_at_s, None);
+    assert_eq!(report.paid, 1, "{report:?}");
+    let mails = s.mailer.0.lock().clone();
+    assert_eq!(mails.len(), 1, "one confirmation");
+    assert!(s.alerts.kinds().is_empty(), "{:?}", s.alerts.kinds());
+    // nothing is left to do
+    let report = s.reconciler("a").sweep().await;
+    assert_eq!((report.orphans_recovered, report.due), (0, 0), "{report:?}");
+}
+
 /// The same rehearsal, one step earlier: after the blackhole the leader's
 /// sweeps logged "sweep budget spent" with every due record deferred, sweep
 /// after sweep, for eleven seconds, while the TTL service deleted the
