@@ -535,6 +535,53 @@ async fn a_completed_payment_whose_record_the_ttl_deletes_under_the_query_is_pai
     assert_eq!((report.orphans_recovered, report.due), (0, 0), "{report:?}");
 }
 
+/// The same rehearsal's ledger/records mismatch (ledger 3572 paid, records
+/// 3571): a callback wrote the ledger's paid mark from the booking copy and
+/// its instance was killed before the PAID record; the worker's HELD record
+/// then lost to the TTL service under the reconciler's query. The
+/// reconciler's HELD→PAID found no record and left it: a seat paid in the
+/// ledger with no record, forever. It is written PAID now.
+#[tokio::test(start_paused = true)]
+async fn a_ledger_paid_hold_whose_record_the_ttl_deletes_under_the_query_gets_its_record() {
+    use booking::Condition;
+
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.held_record(), Condition::NotExists)
+        .await
+        .unwrap();
+    s.gateway.set(
+        &pay("P1"),
+        Script::State(GatewayPaymentState::Completed {
+            trx_id: "TRX1".into(),
+        }),
+    );
+    // the dead callback's step 1 of the PAID-from-copy write
+    assert_eq!(
+        s.ledger.mark_paid(&s.sale, &cand("x"), &pay("P1")).await.unwrap(),
+        booking::Step::Done
+    );
+    s.clock.advance(minutes(11));
+    *s.gateway.delay.lock() = Duration::from_secs(1);
+    let r = s.reconciler("a");
+    let sweep = tokio::spawn(async move { r.sweep().await });
+    while !s.gateway.queried.lock().contains(&pay("P1")) {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(s.records.sweep_ttl(10).len(), 1);
+    let report = sweep.await.unwrap();
+    assert_eq!(report.paid, 1, "{report:?}");
+    let record = s.records.get(&cand("x"), true).await.unwrap();
+    let record = record.expect("the ledger's paid seat has its PAID record");
+    assert_eq!(
+        (record.status, record.payment_id),
+        (RecordStatus::Paid, pay("P1"))
+    );
+    assert_eq!(s.mailer.0.lock().len(), 1);
+    assert_eq!(s.count().await, 1);
+}
+
 /// The same rehearsal, one step earlier: after the blackhole the leader's
 /// sweeps logged "sweep budget spent" with every due record deferred, sweep
 /// after sweep, for eleven seconds, while the TTL service deleted the
