@@ -559,7 +559,10 @@ async fn a_ledger_paid_hold_whose_record_the_ttl_deletes_under_the_query_gets_it
     );
     // the dead callback's step 1 of the PAID-from-copy write
     assert_eq!(
-        s.ledger.mark_paid(&s.sale, &cand("x"), &pay("P1")).await.unwrap(),
+        s.ledger
+            .mark_paid(&s.sale, &cand("x"), &pay("P1"))
+            .await
+            .unwrap(),
         booking::Step::Done
     );
     s.clock.advance(minutes(11));
