@@ -609,7 +609,7 @@ impl Conductor {
             record.closed_at = Some(Instant::now());
             tracing::info!(fault = %spec.name, error = ?record.error, "fault window closed");
             let after = self.counters().await;
-            record.reactions = after
+            let counted: BTreeMap<String, u64> = after
                 .iter()
                 .map(|(k, v)| {
                     (
@@ -619,6 +619,8 @@ impl Conductor {
                 })
                 .filter(|(_, v)| *v > 0)
                 .collect();
+            // beside what the close itself counted (restarts)
+            record.reactions.extend(counted);
             out.push(record);
             if spec.every_ms.is_none() {
                 return out;
