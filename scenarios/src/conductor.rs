@@ -655,6 +655,12 @@ impl Conductor {
             .ok_or_else(|| "link faults need the fleet's proxies".to_owned())
     }
 
+    fn gateway_control(&self) -> Result<&str, String> {
+        self.gateway_control
+            .as_deref()
+            .ok_or_else(|| "gateway rules need the mock gateway".to_owned())
+    }
+
     fn proxy_of(spec: &FaultSpec) -> &'static str {
         if spec.target == Target::RedisLink {
             REDIS_PROXY
@@ -744,10 +750,7 @@ impl Conductor {
                 record.fired = 1;
             }
             (Target::GatewayRules, FaultKind::Rule) => {
-                let base = self
-                    .gateway_control
-                    .as_ref()
-                    .ok_or("gateway rules need the mock gateway")?;
+                let base = self.gateway_control()?;
                 let mut rule = spec.rule.clone().unwrap_or_default();
                 rule["name"] = serde_json::Value::String(spec.name.clone());
                 let r = self
@@ -822,10 +825,7 @@ impl Conductor {
                 }
             }
             (Target::GatewayRules, FaultKind::Rule) => {
-                let base = self
-                    .gateway_control
-                    .as_ref()
-                    .ok_or("gateway rules need the mock gateway")?;
+                let base = self.gateway_control()?;
                 let script: serde_json::Value = self
                     .http
                     .get(format!("{base}/__mock/rules"))

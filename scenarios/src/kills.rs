@@ -297,19 +297,14 @@ pub fn kills_done(records: &[KillRecord], t0: Instant) -> Verdict {
     v
 }
 
+/// Every kill's window ([`KillRecord::window`]), for those that fired.
+pub fn kill_windows(records: &[KillRecord]) -> Vec<(Instant, Option<Instant>)> {
+    records.iter().filter_map(KillRecord::window).collect()
+}
+
 /// The connection errors outside every kill's window.
 pub fn errors_outside(errors: &[Instant], records: &[KillRecord]) -> Vec<Instant> {
-    let windows: Vec<(Instant, Option<Instant>)> =
-        records.iter().filter_map(KillRecord::window).collect();
-    errors
-        .iter()
-        .copied()
-        .filter(|e| {
-            !windows
-                .iter()
-                .any(|(from, to)| *e >= *from && to.is_none_or(|to| *e <= to))
-        })
-        .collect()
+    crate::conductor::outside(errors, &kill_windows(records))
 }
 
 /// `connection_errors_outside_kills`: no connection error outside a kill's
@@ -319,9 +314,7 @@ pub fn connection_errors_outside_kills(
     records: &[KillRecord],
     t0: Instant,
 ) -> Verdict {
-    let windows: Vec<(Instant, Option<Instant>)> =
-        records.iter().filter_map(KillRecord::window).collect();
-    connection_errors_outside(errors, &windows, t0)
+    connection_errors_outside(errors, &kill_windows(records), t0)
 }
 
 /// `connection_errors_outside_kills`: no connection error outside the

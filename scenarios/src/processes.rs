@@ -446,11 +446,32 @@ fn signal(pid: Option<u32>, sig: nix::sys::signal::Signal) -> Result<(), String>
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).map_err(|e| format!("{sig}: {e}"))
 }
 
+/// SIGSTOP to pause, SIGCONT to resume.
+fn stop_or_continue(stop: bool) -> nix::sys::signal::Signal {
+    if stop {
+        nix::sys::signal::Signal::SIGSTOP
+    } else {
+        nix::sys::signal::Signal::SIGCONT
+    }
+}
+
 /// The fleet's processes as the fault conductor acts on them.
 #[derive(Debug)]
 struct Control {
     instances: Arc<Instances>,
     redis: Arc<tokio::sync::Mutex<RedisProcess>>,
+}
+
+impl Control {
+    /// Instance `i`'s process id, if it runs.
+    async fn pid(&self, i: usize) -> Option<u32> {
+        self.instances.procs[i]
+            .lock()
+            .await
+            .child
+            .as_ref()
+            .and_then(Child::id)
+    }
 }
 
 impl FleetControl for Control {
@@ -464,12 +485,7 @@ impl FleetControl for Control {
 
     fn terminate(&self, i: usize) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            let pid = self.instances.procs[i]
-                .lock()
-                .await
-                .child
-                .as_ref()
-                .and_then(Child::id);
+            let pid = self.pid(i).await;
             signal(pid, nix::sys::signal::Signal::SIGTERM)?;
             if !self.wait_exit(i, TERM_MAX).await? {
                 tracing::warn!(
@@ -483,18 +499,8 @@ impl FleetControl for Control {
 
     fn pause(&self, i: usize, stop: bool) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            let pid = self.instances.procs[i]
-                .lock()
-                .await
-                .child
-                .as_ref()
-                .and_then(Child::id);
-            let sig = if stop {
-                nix::sys::signal::Signal::SIGSTOP
-            } else {
-                nix::sys::signal::Signal::SIGCONT
-            };
-            signal(pid, sig)
+            let pid = self.pid(i).await;
+            signal(pid, stop_or_continue(stop))
         })
     }
 
@@ -531,14 +537,7 @@ impl FleetControl for Control {
     }
 
     fn pause_redis(&self, stop: bool) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            let sig = if stop {
-                nix::sys::signal::Signal::SIGSTOP
-            } else {
-                nix::sys::signal::Signal::SIGCONT
-            };
-            signal(self.redis.lock().await.pid(), sig)
-        })
+        Box::pin(async move { signal(self.redis.lock().await.pid(), stop_or_continue(stop)) })
     }
 
     fn kill_redis(&self) -> BoxFuture<'_, Result<(), String>> {

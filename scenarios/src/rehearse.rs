@@ -581,10 +581,7 @@ pub async fn run_with(
     if kills.is_some() {
         invariants.push(kills::kills_done(&kill_records, t0));
     }
-    let mut excused: Vec<(Instant, Option<Instant>)> = kill_records
-        .iter()
-        .filter_map(kills::KillRecord::window)
-        .collect();
+    let mut excused = kills::kill_windows(&kill_records);
     excused.extend(conductor::windows(
         &fault_records,
         &[faults::Scope::Process],
