@@ -35,6 +35,7 @@
 //! | `booking_queue_oldest_age_seconds` | | age of the oldest queued message |
 //! | `booking_throttles_total` | `op` | record-store requests throttled: `read`, `write` |
 //! | `booking_token_calls_total` | `call` | gateway token calls of this instance: `grant`, `refresh`, `failure` |
+//! | `booking_aws_calls_total` | `service`, `op` | AWS calls of this process's clients (`--stack aws`; instances of one process share them) by the SDK's service name and the operation, e.g. `SQS`/`SendMessageBatch` |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -152,6 +153,8 @@ pub struct ServiceFigures {
     pub token_refreshes: u64,
     /// Token refresher failures.
     pub token_failures: u64,
+    /// AWS calls so far: (service, operation, total).
+    pub aws_calls: Vec<(String, String, u64)>,
 }
 
 /// Brings a counter up to a running total kept elsewhere (never down).
@@ -160,6 +163,15 @@ fn mirror(counter: &Counter, total: u64) {
     if total > now {
         counter.inc_by(total - now);
     }
+}
+
+/// An AWS operation.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AwsCallLabels {
+    /// The SDK's service name: `SQS`, `S3`, `DynamoDB`, `DynamoDB Streams`.
+    pub service: String,
+    /// The operation: `SendMessageBatch`, `PutObject`, `GetItem`, ….
+    pub op: String,
 }
 
 /// A level.
@@ -208,6 +220,7 @@ pub struct ApiMetrics {
     queue_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     throttles: Family<OpLabel, Counter>,
     token_calls: Family<CallLabels, Counter>,
+    aws_calls: Family<AwsCallLabels, Counter>,
 }
 
 impl Default for ApiMetrics {
@@ -242,6 +255,7 @@ impl ApiMetrics {
         let queue_oldest_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         let throttles = Family::<OpLabel, Counter>::default();
         let token_calls = Family::<CallLabels, Counter>::default();
+        let aws_calls = Family::<AwsCallLabels, Counter>::default();
         registry.register(
             "paid",
             "Bookings marked PAID by this instance, by confirm path and source",
@@ -297,6 +311,11 @@ impl ApiMetrics {
             "token_calls",
             "Gateway token calls of this instance",
             token_calls.clone(),
+        );
+        registry.register(
+            "aws_calls",
+            "AWS calls of this process's clients, by service and operation",
+            aws_calls.clone(),
         );
         registry.register(
             "admissions",
@@ -360,6 +379,7 @@ impl ApiMetrics {
             queue_oldest_age,
             throttles,
             token_calls,
+            aws_calls,
         }
     }
 
@@ -429,6 +449,13 @@ impl ApiMetrics {
         ] {
             mirror(&self.token_calls.get_or_create(&CallLabels { call }), total);
         }
+        for (service, op, total) in &f.aws_calls {
+            let labels = AwsCallLabels {
+                service: service.clone(),
+                op: op.clone(),
+            };
+            mirror(&self.aws_calls.get_or_create(&labels), *total);
+        }
     }
 
     /// Counts one `POST /bookings` answer.
@@ -496,6 +523,7 @@ mod tests {
             queue_oldest_age_ms: 1_500,
             throttled_writes: 4,
             token_grants: 1,
+            aws_calls: vec![("SQS".into(), "SendMessageBatch".into(), total * 2)],
             ..ServiceFigures::default()
         }
     }
@@ -518,6 +546,7 @@ mod tests {
             "booking_queue_oldest_age_seconds 1.5",
             r#"booking_throttles_total{op="write"} 4"#,
             r#"booking_token_calls_total{call="grant"} 1"#,
+            r#"booking_aws_calls_total{service="SQS",op="SendMessageBatch"} 10"#,
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

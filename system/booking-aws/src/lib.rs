@@ -11,12 +11,14 @@
 //! - [`status`]: [`S3Status`], `status.json` on S3 with cache headers;
 //! - [`provision`]: everything above made or checked, idempotently;
 //! - [`sdk`]: the SDK's standard configuration and each client's retry and
-//!   timeouts; [`errors`]: how an SDK error becomes a port error (pure);
+//!   timeouts, and [`calls`]: every call counted per service and
+//!   operation; [`errors`]: how an SDK error becomes a port error (pure);
 //!   [`resources`]: the names; [`convert`]: attribute values.
 //!
 //! The decisions are pure and unit-tested here; the adapters are tested
 //! against local AWS-protocol servers (`booking-aws-local`).
 
+pub mod calls;
 pub mod convert;
 pub mod errors;
 pub mod provision;
@@ -32,6 +34,7 @@ use std::time::Duration;
 
 use booking::Clock;
 
+pub use calls::{AwsCalls, CallCount};
 pub use provision::{ProvisionError, ProvisionOptions, ProvisionReport, StepState, provision};
 pub use queue::{SqsDestination, SqsQueue};
 pub use records::DynamoRecords;

@@ -9,6 +9,23 @@
 //! reads counts; every receive asks for the visibility timeout of the
 //! instance's settings, so a rehearsal's scaled timeout holds.
 //!
+//! Fewer calls where SQS allows them:
+//! - sends are coalesced into `SendMessageBatch` calls ([`send_loop`]):
+//!   every send joins the batch being gathered, and a batch leaves at once
+//!   unless [`SEND_BATCHES_IN_FLIGHT`] batches are already under way, in
+//!   which case it keeps gathering (up to ten messages, the batch size limit)
+//!   until one comes back. No send waits for company: at a low rate each
+//!   batch is one message (one call, as before), and the batches grow only
+//!   when calls are slow or many, which is when a call saved matters. Each
+//!   message keeps its own group and deduplication ID, and each sender gets
+//!   its own entry's answer.
+//! - [`Queue::delete_batch`] and [`Queue::change_visibility_batch`] are one
+//!   `DeleteMessageBatch` / `ChangeMessageVisibilityBatch` per ten receipts.
+//!
+//! The counts (`GetQueueAttributes`) are read fresh on every call: a few a
+//! second per instance for `/metrics` and the dead-letter alarm, whatever
+//! the rate (a reading kept 250 ms gave the contract's checks a stale depth).
+//!
 //! Two things SQS does not say, and what the adapter answers instead:
 //! - whether a send was deduplicated: SQS accepts a duplicate as if it were
 //!   new, so [`SendOutcome::Queued`] is all a send reports (the message is
@@ -32,6 +49,7 @@ use booking::queue::{
 };
 use booking_streams::{BatchFailure, FailureDestination};
 use parking_lot::Mutex;
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::errors::{Failure, queue_error};
 
@@ -43,6 +61,27 @@ pub const DEAD_LETTERS_READ_MAX: i32 = 10;
 pub const DEAD_LETTERS_WAIT_S: i32 = 1;
 /// Messages the adapter remembers holding, for the oldest age.
 pub const HELD_MAX: usize = 10_000;
+/// Send batches under way at once per queue; while they are all out, new
+/// sends gather into the next batch ([`send_loop`]).
+pub const SEND_BATCHES_IN_FLIGHT: usize = 8;
+/// Entries of one `SendMessageBatch`, `DeleteMessageBatch` or
+/// `ChangeMessageVisibilityBatch` at most (SQS's limit).
+pub const BATCH_ENTRIES_MAX: usize = 10;
+/// The bodies of one `SendMessageBatch` together at most (SQS's limit).
+pub const BATCH_BYTES_MAX: usize = 256 * 1024;
+
+/// Whether a message of `next_bytes` joins a batch of `entries` messages
+/// and `bytes` bytes (pure): ten entries and 256 KiB at most.
+pub fn joins_batch(entries: usize, bytes: usize, next_bytes: usize) -> bool {
+    entries < BATCH_ENTRIES_MAX && bytes + next_bytes <= BATCH_BYTES_MAX
+}
+
+/// A send waiting for its batch.
+#[derive(Debug)]
+struct PendingSend {
+    message: Message,
+    answer: oneshot::Sender<Result<SendOutcome, QueueError>>,
+}
 
 /// Whole seconds, rounded up, within SQS's bounds.
 pub fn whole_seconds(d: Duration, max: Duration) -> i32 {
@@ -67,6 +106,132 @@ pub struct SqsQueue {
     visibility_timeout: Duration,
     clock: Arc<dyn Clock>,
     observed: Mutex<Observed>,
+    /// Sends on their way to [`send_loop`].
+    sends: mpsc::UnboundedSender<PendingSend>,
+}
+
+/// Gathers sends into batches and sends each batch
+/// ([`SEND_BATCHES_IN_FLIGHT`] at once at most), until every sender is
+/// gone. A batch takes every send waiting when it leaves (within
+/// [`joins_batch`]); what does not fit starts the next one.
+async fn send_loop(
+    client: aws_sdk_sqs::Client,
+    queue_url: String,
+    mut pending: mpsc::UnboundedReceiver<PendingSend>,
+) {
+    let in_flight = Arc::new(Semaphore::new(SEND_BATCHES_IN_FLIGHT));
+    let mut carried: Option<PendingSend> = None;
+    loop {
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match pending.recv().await {
+                Some(p) => p,
+                None => break,
+            },
+        };
+        // while every batch is out, the sends pile up for this one
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let mut bytes = first.message.body.len();
+        let mut batch = vec![first];
+        while let Ok(next) = pending.try_recv() {
+            if !joins_batch(batch.len(), bytes, next.message.body.len()) {
+                carried = Some(next);
+                break;
+            }
+            bytes += next.message.body.len();
+            batch.push(next);
+        }
+        let client = client.clone();
+        let url = queue_url.clone();
+        tokio::spawn(async move {
+            send_batch(&client, &url, batch).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One batch: `SendMessage` for a single message, `SendMessageBatch` for
+/// more; every sender gets its own entry's answer (the call's error if the
+/// whole call failed).
+async fn send_batch(client: &aws_sdk_sqs::Client, queue_url: &str, batch: Vec<PendingSend>) {
+    if let [_] = batch.as_slice() {
+        let Some(PendingSend { message, answer }) = batch.into_iter().next() else {
+            return;
+        };
+        let result = client
+            .send_message()
+            .queue_url(queue_url)
+            .message_body(message.body)
+            .message_group_id(message.group_id)
+            .message_deduplication_id(message.deduplication_id)
+            .send()
+            .await
+            .map(|_| SendOutcome::Queued)
+            .map_err(|e| queue_error(&Failure::of(&e)));
+        let _ = answer.send(result);
+        return;
+    }
+    let mut request = client.send_message_batch().queue_url(queue_url);
+    let mut answers = Vec::with_capacity(batch.len());
+    for (i, PendingSend { message, answer }) in batch.into_iter().enumerate() {
+        let entry = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+            .id(i.to_string())
+            .message_body(message.body)
+            .message_group_id(message.group_id)
+            .message_deduplication_id(message.deduplication_id)
+            .build();
+        match entry {
+            Ok(entry) => {
+                request = request.entries(entry);
+                answers.push(Some(answer));
+            }
+            Err(e) => {
+                let _ = answer.send(Err(QueueError::Invalid(e.to_string())));
+                answers.push(None);
+            }
+        }
+    }
+    if answers.iter().all(Option::is_none) {
+        return;
+    }
+    let out = match request.send().await {
+        Ok(out) => out,
+        Err(e) => {
+            let error = queue_error(&Failure::of(&e));
+            for answer in answers.into_iter().flatten() {
+                let _ = answer.send(Err(error.clone()));
+            }
+            return;
+        }
+    };
+    let slot = |id: &str| id.parse::<usize>().ok();
+    for ok in out.successful() {
+        if let Some(answer) = slot(ok.id())
+            .and_then(|i| answers.get_mut(i))
+            .and_then(Option::take)
+        {
+            let _ = answer.send(Ok(SendOutcome::Queued));
+        }
+    }
+    for failed in out.failed() {
+        if let Some(answer) = slot(failed.id())
+            .and_then(|i| answers.get_mut(i))
+            .and_then(Option::take)
+        {
+            let _ = answer.send(Err(queue_error(&Failure {
+                code: Some(failed.code().to_owned()),
+                message: failed.message().unwrap_or_default().to_owned(),
+                unanswered: false,
+            })));
+        }
+    }
+    for answer in answers.into_iter().flatten() {
+        let _ = answer.send(Err(QueueError::Unavailable(
+            "SendMessageBatch answered nothing for the entry".into(),
+        )));
+    }
 }
 
 async fn url_of(client: &aws_sdk_sqs::Client, name: &str) -> Result<String, QueueError> {
@@ -99,6 +264,9 @@ impl SqsQueue {
     ) -> Result<SqsQueue, QueueError> {
         let queue_url = url_of(&client, queue).await?;
         let dead_letter_url = url_of(&client, dead_letter_queue).await?;
+        let (sends, pending) = mpsc::unbounded_channel();
+        // ends when the queue (the last sender) is dropped
+        tokio::spawn(send_loop(client.clone(), queue_url.clone(), pending));
         Ok(SqsQueue {
             client,
             queue_url,
@@ -106,6 +274,7 @@ impl SqsQueue {
             visibility_timeout,
             clock,
             observed: Mutex::default(),
+            sends,
         })
     }
 
@@ -145,13 +314,13 @@ impl SqsQueue {
 
     /// Deletes up to ten received messages in one call (`DeleteMessageBatch`);
     /// one result per receipt, in order.
-    pub async fn delete_batch(
+    pub async fn delete_message_batch(
         &self,
         receipts: &[ReceiptHandle],
     ) -> Result<Vec<Result<(), QueueError>>, QueueError> {
-        if receipts.is_empty() || receipts.len() > RECEIVE_BATCH_MAX {
+        if receipts.is_empty() || receipts.len() > BATCH_ENTRIES_MAX {
             return Err(QueueError::Invalid(format!(
-                "a batch delete of {} messages (1..={RECEIVE_BATCH_MAX})",
+                "a batch delete of {} messages (1..={BATCH_ENTRIES_MAX})",
                 receipts.len()
             )));
         }
@@ -194,6 +363,97 @@ impl SqsQueue {
         }
         Ok(results)
     }
+
+    /// Changes the visibility of up to ten received messages in one call
+    /// (`ChangeMessageVisibilityBatch`); one result per receipt, in order.
+    pub async fn change_message_visibility_batch(
+        &self,
+        receipts: &[ReceiptHandle],
+        timeout: Duration,
+    ) -> Result<Vec<Result<(), QueueError>>, QueueError> {
+        if receipts.is_empty() || receipts.len() > BATCH_ENTRIES_MAX {
+            return Err(QueueError::Invalid(format!(
+                "a batch visibility change of {} messages (1..={BATCH_ENTRIES_MAX})",
+                receipts.len()
+            )));
+        }
+        if timeout > VISIBILITY_TIMEOUT_MAX {
+            return Err(QueueError::Invalid(format!(
+                "visibility of {timeout:?}, at most {VISIBILITY_TIMEOUT_MAX:?}"
+            )));
+        }
+        let seconds = whole_seconds(timeout, VISIBILITY_TIMEOUT_MAX);
+        let mut request = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(&self.queue_url);
+        for (i, r) in receipts.iter().enumerate() {
+            let entry = aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry::builder()
+                .id(i.to_string())
+                .receipt_handle(&r.0)
+                .visibility_timeout(seconds)
+                .build()
+                .map_err(|e| QueueError::Invalid(e.to_string()))?;
+            request = request.entries(entry);
+        }
+        let out = request
+            .send()
+            .await
+            .map_err(|e| queue_error(&Failure::of(&e)))?;
+        let mut results: Vec<Result<(), QueueError>> = vec![Ok(()); receipts.len()];
+        for failed in out.failed() {
+            if let Some(slot) = failed
+                .id()
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| results.get_mut(i))
+            {
+                *slot = Err(queue_error(&Failure {
+                    code: Some(failed.code().to_owned()),
+                    message: failed.message().unwrap_or_default().to_owned(),
+                    unanswered: false,
+                }));
+            }
+        }
+        let mut observed = self.observed.lock();
+        for (r, result) in receipts.iter().zip(&results) {
+            if result.is_ok() {
+                // as `change_visibility`: given back or extended, a later
+                // receive or delete says where it is
+                observed.held.remove(&r.0);
+            }
+        }
+        Ok(results)
+    }
+}
+
+/// Runs `call` on each chunk of at most [`BATCH_ENTRIES_MAX`] receipts (one
+/// alone by `single`, the batch call's price saved for nothing), one result
+/// per receipt in order; a chunk whose whole call failed gives each of its
+/// receipts that error.
+async fn in_chunks<'a, B, BF, S, SF>(
+    receipts: &'a [ReceiptHandle],
+    batch: B,
+    single: S,
+) -> Vec<Result<(), QueueError>>
+where
+    B: Fn(&'a [ReceiptHandle]) -> BF,
+    BF: std::future::Future<Output = Result<Vec<Result<(), QueueError>>, QueueError>>,
+    S: Fn(&'a ReceiptHandle) -> SF,
+    SF: std::future::Future<Output = Result<(), QueueError>>,
+{
+    let mut out = Vec::with_capacity(receipts.len());
+    for chunk in receipts.chunks(BATCH_ENTRIES_MAX) {
+        if let [one] = chunk {
+            out.push(single(one).await);
+            continue;
+        }
+        match batch(chunk).await {
+            Ok(results) => out.extend(results),
+            Err(e) => out.extend(chunk.iter().map(|_| Err(e.clone()))),
+        }
+    }
+    out
 }
 
 fn attribute(m: &aws_sdk_sqs::types::Message, name: MessageSystemAttributeName) -> Option<&str> {
@@ -232,16 +492,35 @@ fn received(m: &aws_sdk_sqs::types::Message) -> Result<Received, QueueError> {
 impl Queue for SqsQueue {
     async fn send(&self, message: Message) -> Result<SendOutcome, QueueError> {
         message.check()?;
-        self.client
-            .send_message()
-            .queue_url(&self.queue_url)
-            .message_body(message.body)
-            .message_group_id(message.group_id)
-            .message_deduplication_id(message.deduplication_id)
-            .send()
+        let (answer, answered) = oneshot::channel();
+        self.sends
+            .send(PendingSend { message, answer })
+            .map_err(|_| QueueError::Unavailable("the queue's sender has stopped".into()))?;
+        answered
             .await
-            .map_err(|e| queue_error(&Failure::of(&e)))?;
-        Ok(SendOutcome::Queued)
+            .map_err(|_| QueueError::Unavailable("the send was dropped unanswered".into()))?
+    }
+
+    async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Vec<Result<(), QueueError>> {
+        in_chunks(
+            receipts,
+            |chunk| self.delete_message_batch(chunk),
+            |one| self.delete(one),
+        )
+        .await
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        receipts: &[ReceiptHandle],
+        timeout: Duration,
+    ) -> Vec<Result<(), QueueError>> {
+        in_chunks(
+            receipts,
+            |chunk| self.change_message_visibility_batch(chunk, timeout),
+            |one| self.change_visibility(one, timeout),
+        )
+        .await
     }
 
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Received>, QueueError> {
@@ -429,6 +708,15 @@ impl FailureDestination for SqsDestination {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_takes_ten_messages_and_256_kib_at_most() {
+        assert!(joins_batch(0, 0, 1_000));
+        assert!(joins_batch(9, 9_000, 1_000));
+        assert!(!joins_batch(10, 10_000, 1), "ten entries");
+        assert!(joins_batch(1, BATCH_BYTES_MAX - 10, 10));
+        assert!(!joins_batch(1, BATCH_BYTES_MAX - 10, 11), "256 KiB");
+    }
 
     #[test]
     fn durations_round_up_to_whole_seconds_within_bounds() {

@@ -13,12 +13,15 @@
 //! - SQS and S3 keep the standard retry (throttles there are not an audited
 //!   invariant) with an attempt timeout above the longest long poll.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use serde::{Deserialize, Serialize};
+
+use crate::calls::{AwsCalls, CountCalls};
 
 /// Attempts per DynamoDB call: one, so throttles are seen and counted.
 pub const DYNAMODB_ATTEMPTS: u32 = 1;
@@ -91,6 +94,9 @@ pub struct AwsSettings {
 /// The four clients of the adapters.
 #[derive(Debug, Clone)]
 pub struct Clients {
+    /// Every call made with them, per service and operation (one
+    /// interceptor on each client).
+    pub calls: Arc<AwsCalls>,
     /// DynamoDB, one attempt per call.
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// DynamoDB Streams.
@@ -141,25 +147,31 @@ impl AwsSettings {
     /// The clients from a loaded configuration.
     pub fn clients_from(&self, sdk: &SdkConfig) -> Clients {
         let e = &self.endpoints;
+        let calls = Arc::new(AwsCalls::default());
+        let count = CountCalls(calls.clone());
         let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(sdk)
+            .interceptor(count.clone())
             .retry_config(RetryConfig::standard().with_max_attempts(DYNAMODB_ATTEMPTS))
             .timeout_config(timeouts(DYNAMODB_ATTEMPT_TIMEOUT));
         if let Some(url) = e.pick(&e.dynamodb) {
             dynamodb = dynamodb.endpoint_url(url);
         }
         let mut streams = aws_sdk_dynamodbstreams::config::Builder::from(sdk)
+            .interceptor(count.clone())
             .retry_config(RetryConfig::standard().with_max_attempts(STANDARD_ATTEMPTS))
             .timeout_config(timeouts(DYNAMODB_ATTEMPT_TIMEOUT));
         if let Some(url) = e.pick(&e.dynamodb_streams) {
             streams = streams.endpoint_url(url);
         }
         let mut sqs = aws_sdk_sqs::config::Builder::from(sdk)
+            .interceptor(count.clone())
             .retry_config(RetryConfig::standard().with_max_attempts(STANDARD_ATTEMPTS))
             .timeout_config(timeouts(SQS_ATTEMPT_TIMEOUT));
         if let Some(url) = e.pick(&e.sqs) {
             sqs = sqs.endpoint_url(url);
         }
         let mut s3 = aws_sdk_s3::config::Builder::from(sdk)
+            .interceptor(count)
             .retry_config(RetryConfig::standard().with_max_attempts(STANDARD_ATTEMPTS))
             .timeout_config(timeouts(S3_ATTEMPT_TIMEOUT))
             .force_path_style(self.s3_path_style.unwrap_or_else(|| e.any_local()));
@@ -167,6 +179,7 @@ impl AwsSettings {
             s3 = s3.endpoint_url(url);
         }
         Clients {
+            calls,
             dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb.build()),
             streams: aws_sdk_dynamodbstreams::Client::from_conf(streams.build()),
             sqs: aws_sdk_sqs::Client::from_conf(sqs.build()),

@@ -161,10 +161,15 @@ async fn a_group_is_delivered_in_order_and_a_duplicate_send_once() {
         "the duplicate was not queued"
     );
 
+    // each receive's messages deleted in one batch call before the next
+    // receive (fauxqs, the rehearsals' SQS, delivers one message of a group
+    // per receive and holds the group back until it is deleted)
     let mut bodies = Vec::new();
-    let mut receipts = Vec::new();
-    for _ in 0..5 {
-        for r in q.receive(10, Duration::from_secs(1)).await.unwrap() {
+    let mut handled = 0;
+    for _ in 0..10 {
+        let got = q.receive(10, Duration::from_secs(1)).await.unwrap();
+        let mut receipts = Vec::new();
+        for r in got {
             assert_eq!(r.receive_count, 1);
             assert!(r.sent_ms > 0);
             if r.message.group_id == "ab12" {
@@ -173,20 +178,22 @@ async fn a_group_is_delivered_in_order_and_a_duplicate_send_once() {
             }
             receipts.push(r.receipt);
         }
-        if receipts.len() == 5 {
+        if receipts.is_empty() {
+            continue;
+        }
+        assert!(q.oldest_age().await.unwrap().is_some());
+        let results = q.delete_message_batch(&receipts).await.unwrap();
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        handled += receipts.len();
+        if handled == 5 {
             break;
         }
     }
     assert_eq!(bodies, ["m0", "m1", "m2", "m3"], "in order, m1 once");
-    assert_eq!(q.depth().await.unwrap().in_flight, 5);
-    assert!(q.oldest_age().await.unwrap().is_some());
-    // batch delete of all five, then the queue is empty
-    let results = q.delete_batch(&receipts).await.unwrap();
-    assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert_eq!(q.depth().await.unwrap(), Default::default());
     assert_eq!(q.oldest_age().await.unwrap(), None);
     assert!(matches!(
-        q.delete_batch(&[]).await,
+        q.delete_message_batch(&[]).await,
         Err(QueueError::Invalid(_))
     ));
     // an empty long poll waits and comes back empty

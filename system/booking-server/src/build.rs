@@ -314,6 +314,9 @@ pub struct Server {
     pub ttl: Option<Arc<dyn TtlService>>,
     /// The embedded stack's backends (none on Redis and AWS).
     pub embedded: Option<Embedded>,
+    /// The AWS adapters and their clients (on AWS only; the instances of
+    /// one process share them, and so their call counts).
+    pub aws: Option<booking_aws::Adapters>,
     /// The configuration it was built from.
     pub config: ServerConfig,
     /// This instance's id (reconciler lock owner, status writer id).
@@ -407,6 +410,7 @@ struct Parts {
     local_outputs: Option<EmbeddedOutputs>,
     ttl: Option<Arc<dyn TtlService>>,
     embedded: Option<Embedded>,
+    aws: Option<booking_aws::Adapters>,
 }
 
 fn local_outputs(clock: &Arc<dyn Clock>) -> EmbeddedOutputs {
@@ -453,6 +457,7 @@ fn embedded_parts(config: &ServerConfig, clock: &Arc<dyn Clock>, first: Option<&
         local_outputs: Some(outputs),
         ttl: Some(embedded.records.clone()),
         embedded: Some(embedded),
+        aws: None,
     }
 }
 
@@ -513,6 +518,7 @@ async fn redis_parts(config: &ServerConfig, clock: &Arc<dyn Clock>) -> Result<Pa
         local_outputs: None,
         ttl: Some(records),
         embedded: None,
+        aws: None,
     })
 }
 
@@ -539,6 +545,7 @@ async fn aws_parts(
                 local_outputs: Some(outputs),
                 ttl: None,
                 embedded: None,
+                aws: f.aws.clone(),
             });
         }
     }
@@ -561,6 +568,7 @@ async fn aws_parts(
         local_outputs: Some(outputs),
         ttl: None,
         embedded: None,
+        aws: Some(aws),
     })
 }
 
@@ -710,6 +718,7 @@ async fn build_with(
         local_outputs: parts.local_outputs,
         ttl: parts.ttl,
         embedded: parts.embedded,
+        aws: parts.aws,
         config: config.clone(),
         instance,
         status,

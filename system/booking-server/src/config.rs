@@ -314,6 +314,13 @@ impl WebhookConfig {
     }
 }
 
+/// The shortest status throttle on the AWS stack: `status.json` is an S3
+/// object behind a CDN that keeps a copy [`booking::settings::STATUS_THROTTLE`]
+/// (its `s-maxage`), so uploading it more often only costs `PutObject`
+/// calls (a rehearsal scaled by 0.01 would upload every 20 ms). Transitions
+/// (a level full, the sale closed) still publish at once.
+pub const AWS_STATUS_THROTTLE_MIN: std::time::Duration = booking::settings::STATUS_THROTTLE;
+
 /// Everything one server runs with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -442,6 +449,9 @@ impl ServerConfig {
         s.redis_pool_size = self.redis_pool_size();
         if (self.time_scale - 1.0).abs() > f64::EPSILON {
             s = s.scaled(self.time_scale);
+        }
+        if self.stack.kind == StackKind::Aws {
+            s.status_throttle = s.status_throttle.max(AWS_STATUS_THROTTLE_MIN);
         }
         s
     }
@@ -748,6 +758,18 @@ mod tests {
             c.effective_settings().sweep_window,
             std::time::Duration::from_millis(5),
             "inside the hold, as the relations require"
+        );
+        // the status document is rewritten at the scaled throttle on Redis;
+        // on S3 no more often than production's 2 s
+        assert_eq!(
+            c.effective_settings().status_throttle,
+            booking::settings::STATUS_THROTTLE.mul_f64(0.01)
+        );
+        let mut aws = c.clone();
+        aws.stack.kind = StackKind::Aws;
+        assert_eq!(
+            aws.effective_settings().status_throttle,
+            AWS_STATUS_THROTTLE_MIN
         );
         let args = ServeArgs {
             levels: vec!["a:1:5.00".parse().unwrap(), "b:2:6.00".parse().unwrap()],

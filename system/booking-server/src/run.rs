@@ -132,6 +132,11 @@ fn spawn_loops(
             bugs: settings.bugs.clone(),
             // the heartbeat extends a slow batch's messages before this runs out
             visibility: settings.visibility_timeout,
+            // every SQS receive is a call: the pollers take turns
+            receives_in_flight: match server.config.stack.kind {
+                StackKind::Aws => booking_service::worker::AWS_RECEIVES_IN_FLIGHT,
+                StackKind::Embedded | StackKind::Redis => 0,
+            },
             ..WorkerConfig::default()
         },
     ));
@@ -308,12 +313,17 @@ async fn stream_mappings(
 ) {
     let config = &server.config;
     let clock = server.stack.clock.clone();
-    let adapters = match crate::build::aws_adapters(config, clock.clone()).await {
-        Ok(a) => a,
-        Err(e) => {
-            tracing::error!(error = %e, "stream mappings cannot start");
-            return;
-        }
+    // the server's own clients (their calls counted with the others'),
+    // else new ones
+    let adapters = match &server.aws {
+        Some(a) => a.clone(),
+        None => match crate::build::aws_adapters(config, clock.clone()).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!(error = %e, "stream mappings cannot start");
+                return;
+            }
+        },
     };
     let mut handlers: Vec<Arc<dyn BatchHandler>> = vec![expiry];
     match crate::build::back_office(config).await {
@@ -402,6 +412,14 @@ impl Sampler {
             token_grants: t.grants,
             token_refreshes: t.refreshes,
             token_failures: t.failures,
+            aws_calls: self.server.aws.as_ref().map_or_else(Vec::new, |a| {
+                a.clients
+                    .calls
+                    .snapshot()
+                    .into_iter()
+                    .map(|c| (c.service, c.operation, c.calls))
+                    .collect()
+            }),
             ..ServiceFigures::default()
         };
         // the backends are asked, each within a bound; a figure that cannot

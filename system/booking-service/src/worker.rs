@@ -43,6 +43,20 @@
 //! receipt is refused means another receive holds the message now: the
 //! worker does not handle it ([`Outcome::Lost`]), as it never deletes with a
 //! receipt that is no longer the message's latest.
+//!
+//! A batch's calls to the queue are batched too: the messages done with are
+//! deleted together ([`Queue::delete_batch`]: one `DeleteMessageBatch` on
+//! SQS) when the batch is done, or at the next heartbeat if that comes
+//! first (so a handled message is never left to outlive its visibility),
+//! and a heartbeat extends all the messages it keeps at once
+//! ([`Queue::change_visibility_batch`]). A message done with stays in
+//! flight until then, which only holds back its group a little longer; a
+//! delete that fails leaves it to be delivered again, the at-least-once
+//! path the worker handles. And the pollers may take turns at the queue
+//! ([`WorkerConfig::receives_in_flight`]): with one long poll waiting at a
+//! time, the next receive starts as soon as one comes back with messages,
+//! and takes everything that arrived meanwhile, so receives carry more
+//! messages each as the rate rises instead of every poller taking one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,7 +65,7 @@ use std::time::Duration;
 use booking::bugs::{Bug, Bugs};
 use booking::ledger::{Hold, HoldState, Ledger};
 use booking::notify::{Alert, Alerts};
-use booking::queue::{Queue, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX, Received};
+use booking::queue::{Queue, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX, ReceiptHandle, Received};
 use booking::records::{
     BookingRecord, Condition, RecordError, RecordStatus, RecordStore, WorkerVerdict,
     classify_conflict,
@@ -59,7 +73,7 @@ use booking::records::{
 use booking::settings::VISIBILITY_TIMEOUT;
 use booking::{AdmittedBooking, PaymentId, QueueError, RequestToken};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::{Shutdown, stopped, stopping};
@@ -240,7 +254,19 @@ pub struct WorkerConfig {
     /// messages it still holds by this much once [`VISIBILITY_HEARTBEAT_AT`]
     /// of it has passed ([`Worker::process_batch`]). Zero: no extensions.
     pub visibility: Duration,
+    /// Receives (long polls) under way at once across this worker's
+    /// pollers; the others wait for a turn and handle their batches
+    /// meanwhile. 0: every poller polls on its own (one receive each). On
+    /// SQS every receive is a billed call and, on a local emulator, a
+    /// thread woken by every send: [`AWS_RECEIVES_IN_FLIGHT`].
+    pub receives_in_flight: usize,
 }
+
+/// [`WorkerConfig::receives_in_flight`] on SQS: two long polls at a time
+/// per instance. A receive returns as soon as a message is there, so with
+/// one waiting the next starts at once; two keep a receive's round trip
+/// (tens of ms on SQS) from capping the rate at ten messages per round trip.
+pub const AWS_RECEIVES_IN_FLIGHT: usize = 2;
 
 impl WorkerConfig {
     /// How long after a batch's receive (or its last extension) the worker
@@ -280,6 +306,7 @@ impl Default for WorkerConfig {
             bugs: Bugs::none(),
             pollers: WORKER_POLLERS,
             visibility: VISIBILITY_TIMEOUT,
+            receives_in_flight: 0,
         }
     }
 }
@@ -395,6 +422,8 @@ struct Lease {
     every: Duration,
     /// Per message of the batch: an extension was refused for its receipt.
     lost: Vec<bool>,
+    /// Messages done with and not yet deleted.
+    done: Vec<ReceiptHandle>,
 }
 
 /// The worker.
@@ -406,6 +435,8 @@ pub struct Worker {
     alerts: Arc<dyn Alerts>,
     config: WorkerConfig,
     stats: WorkerStats,
+    /// Turns at the queue ([`WorkerConfig::receives_in_flight`]).
+    receive_turns: Option<Semaphore>,
     /// When a poller last looked at the dead-letter queue.
     last_dead_letter_check: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
@@ -419,6 +450,8 @@ impl Worker {
         alerts: Arc<dyn Alerts>,
         config: WorkerConfig,
     ) -> Worker {
+        let receive_turns =
+            (config.receives_in_flight > 0).then(|| Semaphore::new(config.receives_in_flight));
         Worker {
             queue,
             records,
@@ -426,6 +459,7 @@ impl Worker {
             alerts,
             config,
             stats: WorkerStats::default(),
+            receive_turns,
             last_dead_letter_check: std::sync::Mutex::new(None),
         }
     }
@@ -507,11 +541,21 @@ impl Worker {
     /// Handles a message and deletes it, leaves it, or sends it on to the
     /// dead-letter queue (visibility 0, so its receives run out at once).
     pub async fn process(&self, received: &Received) -> Outcome {
-        bump(&self.stats.received);
-        let outcome = self.handle(received).await;
-        self.stats.count(&outcome);
+        let outcome = self.settle(received).await;
         if outcome.deletes_message() {
-            match self.queue.delete(&received.receipt).await {
+            self.delete_done(std::slice::from_ref(&received.receipt))
+                .await;
+        }
+        outcome
+    }
+
+    /// Deletes the messages done with, in one batch call; counted.
+    async fn delete_done(&self, receipts: &[ReceiptHandle]) {
+        if receipts.is_empty() {
+            return;
+        }
+        for result in self.queue.delete_batch(receipts).await {
+            match result {
                 Ok(()) => bump(&self.stats.deleted),
                 Err(e) => {
                     // delivered again later; handling is idempotent
@@ -519,6 +563,18 @@ impl Worker {
                     tracing::warn!(error = %e, "message handled but not deleted");
                 }
             }
+        }
+    }
+
+    /// [`Worker::process`] without the delete: the message handled, counted,
+    /// a poison message sent on to the dead-letter queue; the caller
+    /// deletes it if [`Outcome::deletes_message`].
+    async fn settle(&self, received: &Received) -> Outcome {
+        bump(&self.stats.received);
+        let outcome = self.handle(received).await;
+        self.stats.count(&outcome);
+        if outcome.deletes_message() {
+            // the caller deletes it
         } else if let Outcome::Poison(why) = &outcome {
             tracing::error!(why = %why, receive_count = received.receive_count, "poison message");
             if let Err(e) = self
@@ -543,11 +599,28 @@ impl Worker {
     /// ([`Worker::process_batch`]).
     pub async fn poll_once(&self, wait: Duration) -> Result<Vec<Outcome>, booking::QueueError> {
         let batch = self
-            .queue
-            .receive(self.config.batch.clamp(1, RECEIVE_BATCH_MAX), wait)
+            .receive_turn(wait)
             .await
             .inspect_err(|_| bump(&self.stats.receive_failures))?;
         Ok(self.process_batch(&batch, Instant::now()).await)
+    }
+
+    /// One receive, in turn with the other pollers when
+    /// [`WorkerConfig::receives_in_flight`] says so (the turn ends when the
+    /// receive comes back, before its batch is handled).
+    async fn receive_turn(&self, wait: Duration) -> Result<Vec<Received>, QueueError> {
+        let _turn = match &self.receive_turns {
+            Some(turns) => Some(
+                turns
+                    .acquire()
+                    .await
+                    .map_err(|_| QueueError::Unavailable("the worker is stopping".into()))?,
+            ),
+            None => None,
+        };
+        self.queue
+            .receive(self.config.batch.clamp(1, RECEIVE_BATCH_MAX), wait)
+            .await
     }
 
     /// Processes a batch received at `received_at` ([`Worker::process`]
@@ -565,15 +638,22 @@ impl Worker {
     pub async fn process_batch(&self, batch: &[Received], received_at: Instant) -> Vec<Outcome> {
         let mut outcomes = Vec::with_capacity(batch.len());
         let Some(every) = self.config.heartbeat_after() else {
+            let mut done = Vec::with_capacity(batch.len());
             for received in batch {
-                outcomes.push(self.process(received).await);
+                let outcome = self.settle(received).await;
+                if outcome.deletes_message() {
+                    done.push(received.receipt.clone());
+                }
+                outcomes.push(outcome);
             }
+            self.delete_done(&done).await;
             return outcomes;
         };
         let mut lease = Lease {
             next_beat: received_at + every,
             every,
             lost: vec![false; batch.len()],
+            done: Vec::with_capacity(batch.len()),
         };
         for (i, received) in batch.iter().enumerate() {
             if Instant::now() >= lease.next_beat {
@@ -589,8 +669,13 @@ impl Worker {
                 outcomes.push(Outcome::Lost);
                 continue;
             }
-            outcomes.push(self.process_holding(batch, i, &mut lease).await);
+            let outcome = self.process_holding(batch, i, &mut lease).await;
+            if outcome.deletes_message() {
+                lease.done.push(received.receipt.clone());
+            }
+            outcomes.push(outcome);
         }
+        self.delete_done(&lease.done).await;
         outcomes
     }
 
@@ -601,7 +686,7 @@ impl Worker {
         let finished = AtomicBool::new(false);
         let done = Notify::new();
         let work = async {
-            let outcome = self.process(&batch[i]).await;
+            let outcome = self.settle(&batch[i]).await;
             finished.store(true, Ordering::Release);
             // a permit is kept if the heartbeat is not waiting right now
             done.notify_one();
@@ -624,19 +709,25 @@ impl Worker {
         outcome
     }
 
-    /// One heartbeat: extends the visibility of the messages of `rest`
-    /// (`batch[first..]`) not lost, all at once, by one visibility timeout;
-    /// the next is due [`Lease::every`] after this one began.
+    /// One heartbeat: deletes the messages done with so far, and extends
+    /// the visibility of the messages of `rest` (`batch[first..]`) not
+    /// lost, all at once, by one visibility timeout; the next is due
+    /// [`Lease::every`] after this one began.
     async fn extend(&self, rest: &[Received], lease: &mut Lease, first: usize) {
         lease.next_beat = Instant::now() + lease.every;
+        let done = std::mem::take(&mut lease.done);
+        self.delete_done(&done).await;
         let held: Vec<usize> = (first..first + rest.len())
             .filter(|&j| !lease.lost.get(j).copied().unwrap_or(true))
             .collect();
-        let results = futures_util::future::join_all(held.iter().map(|&j| {
-            self.queue
-                .change_visibility(&rest[j - first].receipt, self.config.visibility)
-        }))
-        .await;
+        let receipts: Vec<ReceiptHandle> = held
+            .iter()
+            .map(|&j| rest[j - first].receipt.clone())
+            .collect();
+        let results = self
+            .queue
+            .change_visibility_batch(&receipts, self.config.visibility)
+            .await;
         for (j, result) in held.into_iter().zip(results) {
             match result {
                 Ok(()) => bump(&self.stats.visibility_extended),
@@ -719,7 +810,7 @@ impl Worker {
                 // random among ready branches
                 biased;
                 _ = stopped(&mut shutdown) => break,
-                r = self.queue.receive(self.config.batch.clamp(1, RECEIVE_BATCH_MAX), wait) => r,
+                r = self.receive_turn(wait) => r,
             };
             match received {
                 Ok(batch) => {

@@ -330,6 +330,11 @@ struct Watched {
     /// Deduplication ID → the error its visibility changes get.
     refuse: parking_lot::Mutex<std::collections::HashMap<String, booking::QueueError>>,
     visibility_changes: std::sync::atomic::AtomicU64,
+    /// The size of each `delete_batch` call.
+    delete_batches: parking_lot::Mutex<Vec<usize>>,
+    /// Receives under way now, and the most at once.
+    receiving: std::sync::atomic::AtomicUsize,
+    receiving_max: std::sync::atomic::AtomicUsize,
 }
 
 impl Watched {
@@ -340,6 +345,9 @@ impl Watched {
             receipts: Default::default(),
             refuse: Default::default(),
             visibility_changes: Default::default(),
+            delete_batches: Default::default(),
+            receiving: Default::default(),
+            receiving_max: Default::default(),
         }
     }
 
@@ -362,7 +370,12 @@ impl Queue for Watched {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Received>, booking::QueueError> {
-        let batch = self.inner.receive(max, wait).await?;
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.receiving.fetch_add(1, SeqCst) + 1;
+        self.receiving_max.fetch_max(now, SeqCst);
+        let batch = self.inner.receive(max, wait).await;
+        self.receiving.fetch_sub(1, SeqCst);
+        let batch = batch?;
         for r in &batch {
             let id = r.message.deduplication_id.clone();
             self.received.lock().push((id.clone(), r.receive_count));
@@ -372,6 +385,13 @@ impl Queue for Watched {
     }
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), booking::QueueError> {
         self.inner.delete(receipt).await
+    }
+    async fn delete_batch(
+        &self,
+        receipts: &[ReceiptHandle],
+    ) -> Vec<Result<(), booking::QueueError>> {
+        self.delete_batches.lock().push(receipts.len());
+        self.inner.delete_batch(receipts).await
     }
     async fn change_visibility(
         &self,
@@ -537,6 +557,81 @@ async fn a_batch_handled_in_time_makes_no_visibility_call() {
     assert_eq!(queue.changes(), 0, "no visibility call");
     assert_eq!(w.stats().visibility_extended, 0);
     assert_eq!(w.stats().deleted, N as u64);
+    // the ten deleted together, once the batch was done with
+    assert_eq!(*queue.delete_batches.lock(), vec![N]);
+}
+
+/// A slow batch deletes what it has done with at each heartbeat (so no
+/// handled message outlives its visibility waiting for the batch's end),
+/// and the rest at the end: every message deleted once, in fewer calls
+/// than messages.
+#[tokio::test(start_paused = true)]
+async fn a_slow_batch_deletes_at_each_heartbeat_and_at_its_end() {
+    const N: usize = 10;
+    let names: Vec<String> = (0..N).map(|i| format!("beat-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let s = Stack::new(N as u32, &refs).await;
+    let (queue, clock) = scaled_queue();
+    queue_bookings(&s, &queue, &names).await;
+    // ten writes of 100 ms: 1 s, heartbeats every 300 ms
+    let w = scaled_worker(&s, queue.clone(), slow_puts(&s, clock, 100));
+    let outcomes = w.poll_once(WAIT).await.unwrap();
+    assert_eq!(outcomes, vec![Outcome::Stored; N]);
+    let batches = queue.delete_batches.lock().clone();
+    assert_eq!(batches.iter().sum::<usize>(), N, "{batches:?}");
+    assert!(
+        (2..N).contains(&batches.len()),
+        "deleted at the beats and at the end: {batches:?}"
+    );
+    assert_eq!(w.stats().deleted, N as u64);
+    assert_eq!(w.stats().queue_errors, 0);
+    let depth = queue.depth().await.unwrap();
+    assert_eq!(depth.visible + depth.in_flight, 0);
+}
+
+/// With `receives_in_flight`, the pollers take turns at the queue: never
+/// more long polls at once than asked, and every message still handled;
+/// without it each poller polls on its own.
+#[tokio::test(start_paused = true)]
+async fn pollers_take_turns_at_the_queue_when_asked() {
+    const N: usize = 20;
+    let names: Vec<String> = (0..N).map(|i| format!("turn-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    for (turns, most) in [(1, 1), (0, 4)] {
+        let s = Stack::new(N as u32, &refs).await;
+        let (queue, _clock) = scaled_queue();
+        queue_bookings(&s, &queue, &names).await;
+        let w = Arc::new(Worker::new(
+            queue.clone(),
+            s.records.clone(),
+            s.ledger.clone(),
+            s.alerts.clone(),
+            WorkerConfig {
+                visibility: SCALED_VISIBILITY,
+                pollers: 4,
+                batch: 3,
+                wait: Duration::from_millis(100),
+                receives_in_flight: turns,
+                ..WorkerConfig::default()
+            },
+        ));
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn({
+            let w = w.clone();
+            async move { w.run(rx).await }
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        tx.send(true).unwrap();
+        task.await.unwrap();
+        assert_eq!(w.stats().stored, N as u64, "turns {turns}");
+        assert_eq!(
+            queue
+                .receiving_max
+                .load(std::sync::atomic::Ordering::SeqCst),
+            most,
+            "turns {turns}"
+        );
+    }
 }
 
 /// An extension refused for a message's receipt: the message is not

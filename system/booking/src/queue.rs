@@ -186,6 +186,33 @@ pub trait Queue: Send + Sync + std::fmt::Debug {
         timeout: Duration,
     ) -> Result<(), QueueError>;
 
+    /// Deletes several received messages: one result per receipt, in order,
+    /// each as [`Queue::delete`] would answer it. SQS does up to ten in one
+    /// call (`DeleteMessageBatch`); the default deletes one after another.
+    async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Vec<Result<(), QueueError>> {
+        let mut out = Vec::with_capacity(receipts.len());
+        for r in receipts {
+            out.push(self.delete(r).await);
+        }
+        out
+    }
+
+    /// [`Queue::change_visibility`] of several received messages to the
+    /// same `timeout`: one result per receipt, in order. SQS does up to ten
+    /// in one call (`ChangeMessageVisibilityBatch`); the default changes one
+    /// after another.
+    async fn change_visibility_batch(
+        &self,
+        receipts: &[ReceiptHandle],
+        timeout: Duration,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut out = Vec::with_capacity(receipts.len());
+        for r in receipts {
+            out.push(self.change_visibility(r, timeout).await);
+        }
+        out
+    }
+
     /// The age of the oldest message not yet deleted
     /// (`ApproximateAgeOfOldestMessage`); `None` when the queue is empty.
     async fn oldest_age(&self) -> Result<Option<Duration>, QueueError>;
