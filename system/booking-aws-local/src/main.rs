@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
             }
             "-h" | "--help" => {
                 println!(
-                    "aws-local [--ttl-lag-ms MS]: DynamoDB+Streams (dynoxide) and SQS+S3 (moto) on loopback; prints the environment to use them"
+                    "aws-local [--ttl-lag-ms MS]: DynamoDB+Streams (dynoxide, in process), SQS (fauxqs, else a moto of its own; SELLOUT_LOCAL_SQS=fauxqs|moto) and S3 (moto) on loopback; prints the environment to use them"
                 );
                 return Ok(());
             }
@@ -46,6 +46,13 @@ async fn main() -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
     let e = local.settings().endpoints;
     let show = |v: Option<String>| v.unwrap_or_default();
+    println!(
+        "# DynamoDB and Streams: dynoxide in aws-local (pid {}); SQS: {} (pid {}); S3: moto (pid {})",
+        std::process::id(),
+        local.sqs.kind(),
+        local.sqs.pid(),
+        local.moto.pid()
+    );
     println!("export AWS_ENDPOINT_URL_DYNAMODB={}", show(e.dynamodb));
     println!(
         "export AWS_ENDPOINT_URL_DYNAMODB_STREAMS={}",
