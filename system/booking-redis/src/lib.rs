@@ -11,6 +11,8 @@
 //! - `codec`: the compact encodings the scripts write, read back.
 //! - [`ledger`]: the adapter: script calls, answers, error mapping.
 //! - [`pool`]: the connection pool.
+//! - [`cluster`]: Redis Cluster mode (`redis+cluster://host:port,…`): the
+//!   URL and the connection the pool hands out on a cluster.
 //! - [`persistence`]: whether the server keeps what it acknowledges
 //!   (`appendonly`, `appendfsync`), checked before a production sale.
 //!
@@ -67,6 +69,7 @@ macro_rules! lua_script {
     };
 }
 
+pub mod cluster;
 mod codec;
 pub mod coordination;
 pub mod keys;

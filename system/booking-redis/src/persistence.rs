@@ -10,6 +10,10 @@
 //! | `appendonly yes`, `appendfsync everysec` | accepted, with a warning | the same warning |
 //! | `appendonly yes`, `appendfsync no` | refused | a warning |
 //!
+//! On a Redis Cluster (`redis+cluster://…`, [`crate::cluster`]) every
+//! primary is asked, and the weakest answer is judged ([`weakest`]): a sale
+//! whose keys land on a node without an append-only file loses them there.
+//!
 //! A managed server that disables `CONFIG` cannot be read
 //! ([`ReadError::ConfigUnavailable`]): its operator checks persistence in the
 //! provider's console and says so in the server config,
@@ -52,9 +56,14 @@
 //! fsyncs every write before Redis answers and loses none of this, at the
 //! cost of one fsync per write.
 
-use redis::{AsyncConnectionConfig, Client, RedisError};
+use std::collections::HashMap;
+
+use redis::cluster::ClusterClient;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 use serde::Serialize;
 
+use crate::cluster::Target;
 use crate::ledger::{CONNECT_MAX, RESPONSE_MAX};
 
 /// What the server says about its persistence.
@@ -163,8 +172,16 @@ pub enum ReadError {
 }
 
 /// Reads `appendonly`, `appendfsync` and `save` over one connection to
-/// `url`, with the ledger's connect and response timeouts.
+/// `url`, with the ledger's connect and response timeouts; on a cluster,
+/// from every primary, answering the [`weakest`].
 pub async fn read(url: &str) -> Result<Persistence, ReadError> {
+    match Target::parse(url).map_err(|e| ReadError::Url(e.to_string()))? {
+        Target::Server(url) => read_server(&url).await,
+        Target::Cluster(seeds) => read_cluster(&seeds).await,
+    }
+}
+
+async fn read_server(url: &str) -> Result<Persistence, ReadError> {
     let client = Client::open(url).map_err(|e| ReadError::Url(e.to_string()))?;
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_MAX))
@@ -200,6 +217,86 @@ pub async fn read(url: &str) -> Result<Persistence, ReadError> {
         appendfsync: appendfsync.to_ascii_lowercase(),
         save,
     })
+}
+
+/// Every primary of the cluster seeded by `seeds`, asked in one
+/// `CONFIG GET` per setting; the weakest node's answer.
+async fn read_cluster(seeds: &[String]) -> Result<Persistence, ReadError> {
+    let client = ClusterClient::builder(seeds.iter().map(String::as_str))
+        .connection_timeout(CONNECT_MAX)
+        .response_timeout(RESPONSE_MAX)
+        .build()
+        .map_err(|e| ReadError::Url(e.to_string()))?;
+    let mut conn = client
+        .get_async_connection()
+        .await
+        .map_err(|e| ReadError::Unavailable(e.to_string()))?;
+    // node address -> setting -> value
+    let mut nodes: std::collections::BTreeMap<String, HashMap<String, String>> =
+        std::collections::BTreeMap::new();
+    for setting in ["appendonly", "appendfsync", "save"] {
+        let config_unavailable = |reason: String| ReadError::ConfigUnavailable {
+            setting: setting.to_owned(),
+            reason,
+        };
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg(setting);
+        let answer = conn
+            .route_command(
+                cmd,
+                RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+            )
+            .await;
+        let per_node = match answer {
+            Ok(Value::Map(per_node)) => per_node,
+            Ok(other) => return Err(config_unavailable(format!("unexpected answer {other:?}"))),
+            Err(e) if connection_trouble(&e) => return Err(ReadError::Unavailable(e.to_string())),
+            Err(e) => return Err(config_unavailable(e.to_string())),
+        };
+        for (node, value) in per_node {
+            let node: String = redis::from_redis_value(node)
+                .map_err(|e| config_unavailable(format!("node address: {e}")))?;
+            let mut values: HashMap<String, String> = match value {
+                Value::ServerError(e) => return Err(config_unavailable(format!("{node}: {e:?}"))),
+                value => redis::from_redis_value(value)
+                    .map_err(|e| config_unavailable(format!("{node}: {e}")))?,
+            };
+            let value = values.remove(setting).ok_or_else(|| {
+                config_unavailable(format!("{node}: no such setting in the answer"))
+            })?;
+            nodes
+                .entry(node)
+                .or_default()
+                .insert(setting.to_owned(), value);
+        }
+    }
+    let found: Vec<Persistence> = nodes
+        .into_values()
+        .map(|mut values| {
+            let mut take = |k: &str| values.remove(k).unwrap_or_default();
+            Persistence {
+                appendonly: take("appendonly").eq_ignore_ascii_case("yes"),
+                appendfsync: take("appendfsync").to_ascii_lowercase(),
+                save: take("save"),
+            }
+        })
+        .collect();
+    weakest(&found)
+        .cloned()
+        .ok_or_else(|| ReadError::Unavailable("the cluster named no primary".to_owned()))
+}
+
+/// The node whose persistence loses the most (no append-only file, then an
+/// fsync left to the kernel or unknown, then `everysec`, then `always`);
+/// the first of equals. `None` for no node.
+pub fn weakest(found: &[Persistence]) -> Option<&Persistence> {
+    let strength = |p: &Persistence| match check(p, true) {
+        Ok(warnings) if warnings.is_empty() => 3,
+        Ok(_) => 2,
+        Err(Refusal::FsyncNo | Refusal::UnknownFsync(_)) => 1,
+        Err(Refusal::NoAppendOnly { .. }) => 0,
+    };
+    found.iter().min_by_key(|p| strength(p))
 }
 
 fn connection_trouble(e: &RedisError) -> bool {
@@ -328,6 +425,31 @@ mod tests {
             assert_eq!(warnings, [Warning::NotForProduction(refusal.clone())]);
             assert!(warnings[0].to_string().ends_with(&refusal.to_string()));
         }
+    }
+
+    #[test]
+    fn a_cluster_is_judged_by_its_weakest_node() {
+        let always = found(true, "always", "");
+        let everysec = found(true, "everysec", "");
+        let no = found(true, "no", "");
+        let none = found(false, "always", "");
+        assert_eq!(weakest(&[]), None);
+        assert_eq!(weakest(std::slice::from_ref(&always)), Some(&always));
+        assert_eq!(
+            weakest(&[always.clone(), everysec.clone()]),
+            Some(&everysec)
+        );
+        assert_eq!(
+            weakest(&[everysec.clone(), no.clone(), always.clone()]),
+            Some(&no)
+        );
+        assert_eq!(
+            weakest(&[no.clone(), none.clone(), everysec.clone()]),
+            Some(&none)
+        );
+        // the first of equals
+        let other_save = found(false, "always", "60 1");
+        assert_eq!(weakest(&[none.clone(), other_save]), Some(&none));
     }
 
     #[test]

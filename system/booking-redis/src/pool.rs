@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use booking::{Bug, Bugs};
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+
+use crate::cluster::{Link, Opener};
 
 /// A connection unused for longer than this is pinged before it is handed
 /// out; a busier one is trusted.
@@ -46,9 +48,10 @@ impl PoolOptions {
     }
 }
 
-/// A pooled connection that remembers whether it failed.
+/// A pooled connection (to one server, or to a cluster: [`crate::cluster`])
+/// that remembers whether it failed.
 pub struct Connection {
-    inner: MultiplexedConnection,
+    inner: Link,
     /// Set when a command failed in a way that leaves the connection unusable
     /// (I/O, timeout, closed): the pool replaces it instead of reusing it.
     broken: bool,
@@ -107,14 +110,14 @@ impl ConnectionLike for Connection {
 
 /// Opens and checks connections for the pool.
 pub struct Manager {
-    client: Client,
-    config: AsyncConnectionConfig,
+    client: Opener,
     options: PoolOptions,
 }
 
 impl Manager {
-    /// A manager for connections to `url` with these timeouts, replacing
-    /// failed connections.
+    /// A manager for connections to `url` (one server, or a cluster:
+    /// `redis+cluster://host:port,…`, see [`crate::cluster`]) with these
+    /// timeouts, replacing failed connections.
     pub fn new(
         url: &str,
         connect_max: Duration,
@@ -131,10 +134,7 @@ impl Manager {
         options: PoolOptions,
     ) -> Result<Manager, RedisError> {
         Ok(Manager {
-            client: Client::open(url)?,
-            config: AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(connect_max))
-                .set_response_timeout(Some(response_max)),
+            client: Opener::new(url, connect_max, response_max)?,
             options,
         })
     }
@@ -143,7 +143,7 @@ impl Manager {
 impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Manager")
-            .field("server", &self.client.get_connection_info().addr())
+            .field("server", &self.client)
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
@@ -154,10 +154,7 @@ impl managed::Manager for Manager {
     type Error = RedisError;
 
     async fn create(&self) -> Result<Connection, RedisError> {
-        let inner = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await?;
+        let inner = self.client.open().await?;
         Ok(Connection {
             inner,
             broken: false,
