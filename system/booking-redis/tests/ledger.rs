@@ -1,6 +1,7 @@
 //! The Redis ledger's answers, operation by operation, against a
 //! `redis-server` of each test's own. The cases are the model's unit tests,
-//! written once over `&dyn Ledger` and run against Redis and, as a cross-check,
+//! written once over `&dyn Ledger` and run against Redis, against a
+//! three-shard Redis Cluster (`RedisCluster::shared`) and, as a cross-check,
 //! the embedded ledger.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +15,7 @@ use booking::ledger::{Admission, Counters, Hold, HoldState, Ledger, LedgerError,
 use booking::{CandidateHash, Level, PaymentId, RequestToken, SaleId};
 use booking_embedded::ledger::EmbeddedLedger;
 use booking_redis::{ConnectError, RedisLedger};
-use redis_server::RedisServer;
+use redis_server::{RedisCluster, RedisServer, unique_prefix};
 
 fn level(s: &str) -> Level {
     Level::parse(s).unwrap()
@@ -57,11 +58,19 @@ async fn count(l: &dyn Ledger) -> u32 {
     l.counters(&sale_id()).await.unwrap().levels[0].count
 }
 
-/// Runs one case against a fresh Redis ledger and a fresh embedded one.
+/// Runs one case against a fresh Redis ledger, a fresh one on the cluster,
+/// and a fresh embedded one.
 macro_rules! both {
     ($case:ident) => {
         let server = RedisServer::start();
         $case(&redis_ledger(&server).await).await;
+        let cluster = RedisCluster::shared();
+        $case(
+            &RedisLedger::connect(&cluster.url(), 16, &unique_prefix("ledger"))
+                .await
+                .unwrap(),
+        )
+        .await;
         $case(&EmbeddedLedger::new()).await;
     };
 }
