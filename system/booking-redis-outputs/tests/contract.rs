@@ -3,7 +3,9 @@
 //! what only a shared store can show: two instances (two pools, as two
 //! processes would have) see one log, the status document and its history
 //! never disagree, the history's bound, sales and prefixes kept apart,
-//! `clear`, and a server that is gone.
+//! `clear`, and a server that is gone. Then both contract suites on a
+//! three-shard Redis Cluster (`mod cluster`), and the outputs of sales on
+//! every shard each in their own slot.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../booking-redis/tests/support/redis_server.rs"]
@@ -21,7 +23,7 @@ use booking_contract::outputs::{
 };
 use booking_redis::keys::{KeyPrefix, sale_key};
 use booking_redis_outputs::{RedisOutputs, STATUS_WRITES_KEPT_MAX};
-use redis_server::RedisServer;
+use redis_server::{RedisServer, RedisTarget};
 
 /// Connections per instance in these tests.
 const POOL: usize = 8;
@@ -37,7 +39,7 @@ fn prefix(p: &str) -> KeyPrefix {
 /// A private server, a manual clock at [`T0_MS`], and a fresh prefix per
 /// set of outputs.
 struct Fixture {
-    server: RedisServer,
+    server: RedisTarget,
     clock: ManualClock,
     made: AtomicUsize,
 }
@@ -45,7 +47,7 @@ struct Fixture {
 impl Fixture {
     fn start() -> Fixture {
         Fixture {
-            server: RedisServer::start(),
+            server: RedisTarget::server(),
             clock: ManualClock::new(T0_MS),
             made: AtomicUsize::new(0),
         }
@@ -58,7 +60,11 @@ impl Fixture {
             RedisOutputs::connect(
                 &self.server.url(),
                 POOL,
-                &prefix(&format!("contract-{n}")),
+                &prefix(&match &self.server {
+                    RedisTarget::Server(_) => format!("contract-{n}"),
+                    // a cluster may be shared with other tests and runs
+                    RedisTarget::Cluster(_) => self.server.prefix("contract"),
+                }),
                 &sale("launch"),
                 clock,
             )
@@ -299,4 +305,62 @@ async fn warm_opens_connections_up_to_the_pool_size() {
     let o = instance(&server, &ManualClock::new(T0_MS), "warm", "launch").await;
     assert_eq!(o.warm(3).await, 3);
     assert_eq!(o.warm(100).await, POOL);
+}
+
+mod cluster {
+    use super::*;
+    use redis_server::{RedisCluster, unique_prefix};
+
+    impl Fixture {
+        fn on_cluster() -> Fixture {
+            Fixture {
+                server: RedisTarget::cluster(),
+                clock: ManualClock::new(T0_MS),
+                made: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    booking_contract::status_sink_contract!(Fixture::on_cluster());
+    booking_contract::output_log_contract!(Fixture::on_cluster());
+
+    /// Sales on every shard write mail, alerts and status (the status
+    /// script's two keys) and clear (a `DEL` of four keys): each sale's keys
+    /// in its own slot on its node, and a clear empties its sale only.
+    #[tokio::test]
+    async fn each_sales_outputs_stay_in_its_slot_on_its_node() {
+        let cluster = RedisCluster::shared();
+        let p = unique_prefix("outputs-slots");
+        let clock = ManualClock::new(T0_MS);
+        let sales = cluster.sales_on_every_shard("outputs");
+        let mut all = Vec::new();
+        for s in &sales {
+            let o = RedisOutputs::connect(
+                &cluster.url(),
+                POOL,
+                &prefix(&p),
+                &sale(s),
+                Arc::new(clock.clone()),
+            )
+            .await
+            .unwrap();
+            o.send(&confirmation("TR1", true)).await.unwrap();
+            o.raise(alert("dead_letter", s, None)).await.unwrap();
+            o.put(s.as_bytes()).await.unwrap();
+            assert_eq!(o.get().await.unwrap().as_deref(), Some(s.as_bytes()));
+            all.push(o);
+        }
+        let by_tag = cluster.keys_by_tag(&p);
+        let mut want: Vec<String> = sales.iter().map(|s| format!("sale:{s}")).collect();
+        want.sort();
+        assert_eq!(by_tag.keys().cloned().collect::<Vec<_>>(), want);
+        assert!(by_tag.values().all(|n| *n == 4), "{by_tag:?}");
+        all[0].clear().await.unwrap();
+        assert_eq!(all[0].sent_mail().await.unwrap(), []);
+        assert_eq!(
+            all[1].sent_mail().await.unwrap(),
+            [confirmation("TR1", true)]
+        );
+        assert_eq!(cluster.keys_by_tag(&p).len(), sales.len() - 1);
+    }
 }

@@ -2,7 +2,9 @@
 //! case on a `redis-server` of its own, plus what only Redis has to show:
 //! the key layout under one hash tag, records that outlive the store that
 //! wrote them, the TTL sweep and its delay, the bug zoo's `paid_keeps_ttl`,
-//! a trimmed stream, and an unreachable server.
+//! a trimmed stream, and an unreachable server. Then both contract suites
+//! on a three-shard Redis Cluster (`mod cluster`), and the records of sales
+//! on every shard each in their own slot.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../booking-redis/tests/support/redis_server.rs"]
@@ -50,11 +52,12 @@ async fn connect(
     .unwrap()
 }
 
-/// A server of the case's own, the store on it, and its manual clock.
-struct RedisFixture {
+/// A server of the case's own (or the cluster: `G` keeps it up), the
+/// store on it, and its manual clock.
+struct RedisFixture<G = RedisServer> {
     records: RedisRecords,
     clock: ManualClock,
-    _server: RedisServer,
+    _server: G,
 }
 
 impl RedisFixture {
@@ -70,7 +73,7 @@ impl RedisFixture {
 }
 
 #[async_trait]
-impl RecordsFixture for RedisFixture {
+impl<G: Send + Sync> RecordsFixture for RedisFixture<G> {
     fn records(&self) -> &dyn RecordStore {
         &self.records
     }
@@ -509,4 +512,107 @@ fn the_defaults_are_the_embedded_stores() {
             embedded.bugs
         )
     );
+}
+
+mod cluster {
+    use super::*;
+    use redis_server::{RedisCluster, unique_prefix};
+
+    /// A store on the shared cluster, under a prefix of its own.
+    async fn on_cluster(
+        config: RedisRecordsConfig,
+        sale: &SaleId,
+        prefix: &str,
+    ) -> RedisFixture<Arc<RedisCluster>> {
+        let cluster = RedisCluster::shared();
+        let clock = ManualClock::new(T0);
+        let records = RedisRecords::connect(
+            &cluster.url(),
+            8,
+            &KeyPrefix::parse(prefix).unwrap(),
+            sale,
+            Arc::new(clock.clone()),
+            config,
+        )
+        .await
+        .unwrap();
+        RedisFixture {
+            records,
+            clock,
+            _server: cluster,
+        }
+    }
+
+    async fn fixture() -> RedisFixture<Arc<RedisCluster>> {
+        on_cluster(
+            RedisRecordsConfig::default(),
+            &sale(),
+            &unique_prefix("records"),
+        )
+        .await
+    }
+
+    async fn trimmed_fixture() -> RedisFixture<Arc<RedisCluster>> {
+        let config = RedisRecordsConfig {
+            stream_retained_max: 2,
+            ..RedisRecordsConfig::default()
+        };
+        on_cluster(config, &sale(), &unique_prefix("records")).await
+    }
+
+    booking_contract::records_contract!(fixture);
+    booking_contract::stream_contract!(fixture, trimmed: trimmed_fixture);
+
+    /// Sales on every shard, each written through every script, paged
+    /// (`scan_all`, `held_due`: pipelines of one slot) and streamed (one
+    /// `MULTI` of one slot): each sale's keys in its slot on its node.
+    #[tokio::test]
+    async fn each_sales_records_stay_in_its_slot_on_its_node() {
+        let cluster = RedisCluster::shared();
+        let prefix = unique_prefix("records-slots");
+        let sales = cluster.sales_on_every_shard("records");
+        for sale in &sales {
+            let f = on_cluster(
+                RedisRecordsConfig::default(),
+                &SaleId::parse(sale).unwrap(),
+                &prefix,
+            )
+            .await;
+            let s = &f.records;
+            s.put(held("x", "P1", T0), Condition::NotExists)
+                .await
+                .unwrap();
+            s.put(held("y", "P2", T0), Condition::NotExists)
+                .await
+                .unwrap();
+            s.put(held("z", "P3", T0), Condition::NotExists)
+                .await
+                .unwrap();
+            s.mark_paid(&cand("y"), &pay("P2"), ConfirmPath::Callback, T0)
+                .await
+                .unwrap();
+            s.mark_emailed(&cand("y"), &pay("P2")).await.unwrap();
+            s.extend(&cand("z"), &pay("P3"), T0 + 2 * HOLD_MS)
+                .await
+                .unwrap();
+            s.delete(&cand("z"), Condition::PaymentIs(pay("P3")))
+                .await
+                .unwrap();
+            assert_eq!(s.scan_all().await.unwrap().len(), 2, "{sale}");
+            assert_eq!(s.held_due(u64::MAX, 10).await.unwrap().len(), 1, "{sale}");
+            assert_eq!(
+                s.by_payment(&pay("P2")).await.unwrap().map(|r| r.status),
+                Some(RecordStatus::Paid)
+            );
+            let changes = s.read(0, 100, Duration::ZERO).await.unwrap();
+            assert_eq!(changes.len(), 7, "{sale}");
+            f.clock.advance(Duration::from_millis(HOLD_MS * 10));
+            let swept = s.sweep_ttl(10).await.unwrap();
+            assert_eq!(swept.len(), 1, "{sale}: the hold of x");
+        }
+        let by_tag = cluster.keys_by_tag(&prefix);
+        let mut want: Vec<String> = sales.iter().map(|s| format!("sale:{s}")).collect();
+        want.sort();
+        assert_eq!(by_tag.keys().cloned().collect::<Vec<_>>(), want);
+    }
 }

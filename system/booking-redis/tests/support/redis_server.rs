@@ -351,6 +351,27 @@ impl RedisCluster {
         panic!("no sale ids spread over every shard in 1,000 tries")
     }
 
+    /// Checks that every key under `prefix`, on whichever primary, carries
+    /// one hash tag and lives on the primary that serves that tag's slot;
+    /// returns how many keys each tag has.
+    pub fn keys_by_tag(&self, prefix: &str) -> std::collections::BTreeMap<String, usize> {
+        let mut by_tag = std::collections::BTreeMap::new();
+        for addr in &self.addrs {
+            for key in self.keys_on(addr, prefix) {
+                let tag = key
+                    .split_once('{')
+                    .and_then(|(_, rest)| rest.split_once('}'))
+                    .map(|(tag, _)| tag.to_owned())
+                    .unwrap_or_else(|| panic!("{key} carries no hash tag"));
+                let slot = self.slot(&format!("{{{tag}}}"));
+                assert_eq!(self.slot(&key), slot, "{key}");
+                assert_eq!(self.owner(slot), *addr, "{key} on {addr}");
+                *by_tag.entry(tag).or_insert(0) += 1;
+            }
+        }
+        by_tag
+    }
+
     /// The keys on primary `addr` that start with `prefix` (`SCAN` on that
     /// node alone: a cluster scans node by node).
     pub fn keys_on(&self, addr: &str, prefix: &str) -> Vec<String> {
