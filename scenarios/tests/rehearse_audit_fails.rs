@@ -174,6 +174,7 @@ fn swapped(
         local_outputs: old.local_outputs.clone(),
         ttl,
         embedded,
+        aws: old.aws.clone(),
         config: old.config.clone(),
         instance: old.instance.clone(),
         status: old.status.clone(),
