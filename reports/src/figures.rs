@@ -21,6 +21,35 @@ pub fn booking_p99_ms(r: &Report) -> Option<f64> {
         .or_else(|| r.invariant("booking_p99_ms").map(|i| i.figure))
 }
 
+/// What a sharded run says of itself: which shard of how many (a shard's
+/// report) or which shards it was merged from (a merged report); `None` for
+/// a whole run.
+pub fn sharding(r: &Report) -> Option<String> {
+    if let Some(s) = &r.shard {
+        return Some(format!(
+            "shard {} of {} of schedule {} against {}: this generator's share of the load only{}; `reports merge` joins the shards",
+            s.index,
+            s.count,
+            s.schedule,
+            s.target,
+            if s.index == 0 {
+                " (the sale's state, the audit and the level verdicts are the whole run's)"
+            } else {
+                ""
+            }
+        ));
+    }
+    r.merged.as_ref().map(|m| {
+        format!(
+            "merged from {} shards ({}) of schedule {} against {}: percentiles from the shards' histograms added, counts summed",
+            m.count,
+            m.runs.join(", "),
+            m.schedule,
+            m.target
+        )
+    })
+}
+
 /// PAID bookings over every confirm path.
 pub fn paid_total(r: &Report) -> u64 {
     r.sale.paid_by_path.values().sum()

@@ -505,6 +505,13 @@ pub fn render_report(r: &Report) -> String {
         }
         out.push_str("</div>");
     }
+    if let Some(s) = crate::figures::sharding(r) {
+        let _ = write!(
+            out,
+            r#"<div class="sub">Sharded load: {}</div>"#,
+            escape(&s)
+        );
+    }
     let _ = write!(
         out,
         r#"<div class="sub">{} → {}</div></header>"#,

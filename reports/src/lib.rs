@@ -1,14 +1,20 @@
 //! The rehearsal report (SPEC §6): the [`model`] of `report.json`, and what
 //! a run folder holds besides it: `report.html` (one self-contained page
 //! with plots, see [`html`]) and `summary.md` (for CI logs, see
-//! [`markdown`]). [`compare()`] sets two runs side by side.
+//! [`markdown`]). [`compare()`] sets two runs side by side; [`merge()`]
+//! joins the reports of a sharded load's shards into one, percentiles from
+//! their HDR histograms ([`hdr`]), verdicts on the load judged again
+//! ([`verdicts`]).
 
 pub mod compare;
 pub mod figures;
+pub mod hdr;
 pub mod html;
 pub mod markdown;
+pub mod merge;
 pub mod model;
 pub mod svg;
+pub mod verdicts;
 /// The integration tests' XML well-formedness check, for the unit tests too.
 #[cfg(test)]
 #[path = "../tests/common/xml.rs"]
@@ -18,9 +24,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 pub use compare::{Comparison, compare};
+pub use merge::{MergeError, merge};
 pub use model::{
-    Fault, InvariantResult, LevelFigures, LoadFigures, Phase, QueueFigures, Relaxed, Report,
-    SCHEMA, SaleFigures, Sample, TransactionFigures, Verdict,
+    Fault, InvariantResult, LevelFigures, LoadFigures, Merged, Phase, QueueFigures, Relaxed,
+    Report, SCHEMA, SaleFigures, Sample, ShardInfo, TransactionFigures, Verdict,
 };
 
 /// The report's file name in a run folder.
@@ -64,13 +71,16 @@ pub enum ReportError {
     /// The report could not be serialised (a non-string map key in the profile).
     #[error("cannot serialise the report: {0}")]
     Serialise(serde_json::Error),
+    /// Shard reports that cannot be merged.
+    #[error("cannot merge: {0}")]
+    Merge(#[from] MergeError),
 }
 
 impl ReportError {
     /// Whether the input was at fault (missing file, invalid JSON) rather
     /// than the writing.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, Self::Read { .. } | Self::Json { .. })
+        matches!(self, Self::Read { .. } | Self::Json { .. } | Self::Merge(_))
     }
 }
 

@@ -1,7 +1,9 @@
-//! `reports`: re-render run folders and compare two runs.
+//! `reports`: re-render run folders, compare two runs, merge the shards of
+//! a sharded load.
 //!
-//! Exit codes: 0 done, 1 a file could not be written, 2 bad input (a missing
-//! file, invalid JSON, bad arguments).
+//! Exit codes: 0 done, 1 a file could not be written (and, for `merge`, the
+//! merged run failed a verdict), 2 bad input (a missing file, invalid JSON,
+//! bad arguments, reports that are not shards of one run).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,10 +37,23 @@ enum Command {
         #[arg(long, value_name = "FILE.html")]
         out: Option<PathBuf>,
     },
+    /// Join the reports of every shard of one sharded load (`scenarios
+    /// rehearse --shard INDEX/COUNT`) into one run folder: percentiles from
+    /// the merged HDR histograms, counts summed, the timeline on the shared
+    /// wall clock, the verdicts on the load judged again.
+    Merge {
+        /// Every shard's run folder or report.json, in any order.
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
+        /// The folder to write report.json, report.html and summary.md into.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
-/// Runs the command; errors say which file and why.
-fn run(cli: Cli) -> Result<(), ReportError> {
+/// Runs the command; errors say which file and why. `Ok(false)`: a merged
+/// run that failed a verdict.
+fn run(cli: Cli) -> Result<bool, ReportError> {
     match cli.command {
         Command::Render { runs } => {
             for run in runs {
@@ -59,14 +74,29 @@ fn run(cli: Cli) -> Result<(), ReportError> {
                 eprintln!("wrote {}", path.display());
             }
         }
+        Command::Merge { shards, out } => {
+            let reports = shards
+                .iter()
+                .map(|p| reports::load_report(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let merged = reports::merge(&reports)?;
+            let w = reports::write_run(&out, &merged)?;
+            print!("{}", reports::markdown::render_summary(&merged));
+            if let Some(json) = &w.json {
+                eprintln!("wrote {}", json.display());
+            }
+            eprintln!("wrote {}\nwrote {}", w.html.display(), w.markdown.display());
+            return Ok(merged.passed);
+        }
     }
-    Ok(())
+    Ok(true)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("reports: {e}");
             ExitCode::from(if e.is_bad_input() { 2 } else { 1 })

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use crate::compare::Comparison;
 use crate::figures::{
     booking_p99_ms, duration_ms, failed_first, fmt_int, fmt_num, fmt_secs, paid_total, pct,
-    reactions_text, relaxed_bounds, threshold, with_unit,
+    reactions_text, relaxed_bounds, sharding, threshold, with_unit,
 };
 use crate::html::{signed, verdict_word};
 use crate::model::Report;
@@ -51,6 +51,9 @@ pub fn render_summary(r: &Report) -> String {
         r.invariants.len() - failed.len(),
         r.invariants.len()
     );
+    if let Some(s) = sharding(r) {
+        let _ = writeln!(out, "Sharded load: {}.\n", cell(&s));
+    }
     if !failed.is_empty() {
         let names: Vec<String> = failed.iter().map(|i| code(&i.name)).collect();
         let _ = writeln!(out, "**Failed:** {}\n", names.join(", "));

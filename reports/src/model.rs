@@ -61,6 +61,12 @@ pub struct Report {
     /// Other files of the run folder (goose's own reports, logs), by name.
     #[serde(default)]
     pub files: Vec<String>,
+    /// Which shard of a sharded load this run was (`None`: the whole load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+    /// The shard reports this one was merged from (`None`: not a merge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<Merged>,
 }
 
 impl Report {
@@ -124,6 +130,16 @@ pub struct LoadFigures {
     pub arrivals_dropped: u64,
     /// Arrivals started more than the lateness allowance after their intended time.
     pub arrivals_late: u64,
+    /// Rush arrivals started (what `achieved_rate` divides; 0 in older
+    /// reports).
+    #[serde(default)]
+    pub rush_started: u64,
+    /// When the rush's first arrival started, ms since the run started.
+    #[serde(default)]
+    pub rush_first_ms: f64,
+    /// When the rush's last arrival started, ms since the run started.
+    #[serde(default)]
+    pub rush_last_ms: f64,
     /// Latency per transaction, measured from each arrival's intended start.
     pub transactions: Vec<TransactionFigures>,
 }
@@ -149,6 +165,11 @@ pub struct TransactionFigures {
     pub p999_ms: f64,
     /// Maximum.
     pub max_ms: f64,
+    /// The latencies themselves, µs: base64 of the HDR histogram's
+    /// compressed V2 serialization ([`crate::hdr`]); absent in older
+    /// reports. `reports merge` adds the shards' histograms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hdr: Option<String>,
 }
 
 /// The sale's figures.
@@ -310,8 +331,62 @@ pub struct Sample {
     pub paid: u64,
     /// Holds released so far.
     pub released: u64,
+    /// Bookings this load generator saw answered `201` so far (first
+    /// attempts and retries): what `released` is counted from (0 in older
+    /// reports).
+    #[serde(default)]
+    pub admitted: u64,
     /// Seats left per level now.
     pub seats_left: BTreeMap<String, u64>,
     /// Age of the oldest queued message now, ms.
     pub queue_age_ms: u64,
+    /// The interval's booking latencies, µs, as
+    /// [`TransactionFigures::hdr`] (absent in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub booking_hdr: Option<String>,
+}
+
+/// One shard of a load spread over several generator processes
+/// (`scenarios rehearse --shard INDEX/COUNT`): every shard runs the arrivals
+/// `k` with `k % count == index` of the same seeded schedule against the
+/// same target; shard 0 also sets the sale up, closes it once every shard's
+/// schedule is over, waits for it to settle and audits it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// This shard, from 0 (shard 0 coordinates).
+    pub index: u32,
+    /// Shards in all.
+    pub count: u32,
+    /// The whole (unsharded) schedule's fingerprint, hex: the same on every
+    /// shard of one run.
+    pub schedule: String,
+    /// Arrivals of the whole schedule.
+    pub arrivals_total: u64,
+    /// The whole schedule's rush rate, bookings/s.
+    pub rate: f64,
+    /// The deployment every shard loaded.
+    pub target: String,
+    /// The wall clock at this run's `t_ms = 0`, ms since the Unix epoch.
+    pub t0_unix_ms: f64,
+    /// The wall clock at the schedule's zero, ms since the Unix epoch: the
+    /// same instant on every shard of one run (within the rendezvous' poll).
+    pub zero_unix_ms: f64,
+    /// The whole run's bounds of the verdicts a merge judges again, by
+    /// verdict name (this shard's own verdicts hold its share to its share
+    /// of a rate bound).
+    #[serde(default)]
+    pub bounds: BTreeMap<String, f64>,
+}
+
+/// What a merged report was merged from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Merged {
+    /// Shards merged (all of them).
+    pub count: u32,
+    /// The schedule's fingerprint they share.
+    pub schedule: String,
+    /// The target they loaded.
+    pub target: String,
+    /// Each shard's run id, in shard order.
+    pub runs: Vec<String>,
 }

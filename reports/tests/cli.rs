@@ -94,3 +94,53 @@ fn compare_prints_markdown_and_writes_html() {
     let html = fs::read_to_string(&page).unwrap();
     assert!(html.contains("<svg"));
 }
+
+#[test]
+fn merge_joins_shards_into_a_run_folder_and_refuses_what_is_not_one_run() {
+    let dir = Scratch::new("cli-merge");
+    for i in 0..2 {
+        let shard = ReportBuilder::new().shard(i, 2).build();
+        reports::write_run(&dir.path().join(format!("shard-{i}")), &shard).unwrap();
+    }
+    let out_dir = dir.path().join("merged");
+    let merge = |shards: &[&str], out: &std::path::Path| {
+        let mut args: Vec<std::ffi::OsString> = vec!["merge".into()];
+        args.extend(shards.iter().map(|s| dir.path().join(s).into_os_string()));
+        args.push("--out".into());
+        args.push(out.into());
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        reports(&refs)
+    };
+    let out = merge(&["shard-1", "shard-0"], &out_dir);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let merged = reports::load_report(&out_dir).unwrap();
+    assert_eq!(merged.load.arrivals_started, 54_000);
+    let booking = &merged.load.transactions[0];
+    assert_eq!(booking.count, 54_000);
+    // half the bookings took 1 ms, half 2 ms: the merged p99 is the slower
+    // shard's, its p50 the faster one's
+    assert!((booking.p50_ms - 1.0).abs() < 0.01, "{booking:?}");
+    assert!((booking.p99_ms - 2.0).abs() < 0.01, "{booking:?}");
+    assert!(out_dir.join("report.html").is_file());
+    let md = fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(md.contains("merged from 2 shards"), "{md}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("PASSED"));
+
+    // the same shard twice, and a whole run's report: exit 2, nothing written
+    let refused = dir.path().join("refused");
+    let out = merge(&["shard-0", "shard-0"], &refused);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("shard 0 of 2 is given twice"), "{err}");
+    fs::copy(sample_path(), dir.path().join("whole.json")).unwrap();
+    let out = merge(&["shard-0", "whole.json"], &refused);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not a shard's report"), "{err}");
+    assert!(!refused.exists());
+}

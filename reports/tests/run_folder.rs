@@ -167,6 +167,10 @@ fn the_sample_fixture_renders() {
 
     let r = load_report(dir.path()).unwrap();
     assert!(r.passed);
+    // written before histograms and shards: it reads without them
+    assert!(r.load.transactions.iter().all(|t| t.hdr.is_none()));
+    assert!(r.timeline.iter().all(|x| x.booking_hdr.is_none()));
+    assert!(r.shard.is_none() && r.merged.is_none());
     assert_eq!(r.profile["instances"], 2);
     assert_eq!(r.profile["candidates"], 40_000);
     assert!(r.timeline.len() > 60);

@@ -62,6 +62,7 @@ async fn measure(rate: f64, url: &str) -> anyhow::Result<()> {
         LoadConfig {
             out_dir: None,
             stop_by: Duration::from_secs_f64(RUSH_SECS + 20.0),
+            start_at: None,
         },
         live,
     )

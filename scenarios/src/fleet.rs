@@ -689,6 +689,44 @@ impl Fleet {
         Ok(ops::audit(self.local()?, gateway_ledger).await?)
     }
 
+    /// The sale's public status document as last published (a remote
+    /// target's `GET /status.json`, the first instance's in process), or
+    /// `None` before the first publication: what a shard of a sharded load
+    /// polls for the sale's opening. Reading it publishes nothing.
+    pub async fn status_document(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<booking::StatusDocument>, FleetError> {
+        let bytes = if let Some(r) = &self.remote {
+            let url = format!("{}/status.json", r.base);
+            let err = |e: String| FleetError::Target(url.clone(), e);
+            let resp = r
+                .http
+                .get(&url)
+                .timeout(timeout)
+                .send()
+                .await
+                .map_err(|e| err(e.to_string()))?;
+            let code = resp.status();
+            let body = resp.bytes().await.map_err(|e| err(e.to_string()))?;
+            if !code.is_success() {
+                return Err(err(format!("{code}: {}", String::from_utf8_lossy(&body))));
+            }
+            Some(body.to_vec())
+        } else {
+            let s = self.local()?;
+            s.stack
+                .status_sink
+                .get()
+                .await
+                .map_err(|e| FleetError::Read(e.to_string()))?
+        };
+        bytes
+            .map(|b| booking::StatusDocument::from_json(&b))
+            .transpose()
+            .map_err(|e| FleetError::Read(format!("status document: {e}")))
+    }
+
     /// Age of the oldest queued message, ms (`None`: empty, or not
     /// observable on a remote target).
     pub async fn queue_age_ms(&self) -> Option<u64> {

@@ -15,6 +15,9 @@
 //!   instances), each window with what it fired and what the system did.
 //! - [`load`]: the open-model load engine over goose.
 //! - [`rehearse`]: the phases (setup, rush, late, settle, audit, report).
+//! - [`shard`]: `--shard INDEX/COUNT`: one shard of the load against a
+//!   shared target (several generator processes); `reports merge` joins
+//!   their reports.
 //! - [`thresholds`]: figures held to the profile's bounds, as named verdicts.
 //! - [`progress`]: the progress line and the end-of-run summary.
 
@@ -26,6 +29,7 @@ pub mod processes;
 pub mod profile;
 pub mod progress;
 pub mod rehearse;
+pub mod shard;
 pub mod thresholds;
 
 pub use fleet::Fleet;

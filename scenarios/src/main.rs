@@ -88,6 +88,25 @@ struct RehearseArgs {
     /// With --target: the mock gateway it talks to (the audit's ground truth).
     #[arg(long)]
     target_gateway: Option<String>,
+    /// With --target: run shard INDEX of COUNT of the schedule (arrival k
+    /// goes to shard k % COUNT), one generator process per shard; shard 0
+    /// also sets the sale up, closes, settles and audits it. `reports
+    /// merge` joins the shards' reports.
+    #[arg(long, value_name = "INDEX/COUNT")]
+    shard: Option<scenarios::shard::Shard>,
+    /// With --shard: every shard starts its schedule at this wall-clock
+    /// time (RFC 3339, or seconds since the Unix epoch) instead of lead
+    /// after it sees the sale open.
+    #[arg(long, value_name = "TIME", requires = "shard", value_parser = scenarios::shard::parse_start_at)]
+    start_at: Option<std::time::SystemTime>,
+    /// With --shard: from the sale's opening to the schedule's start on
+    /// every shard, ms (default 3000).
+    #[arg(long, value_name = "MS", requires = "shard")]
+    shard_lead_ms: Option<u64>,
+    /// With --shard: how long a shard other than 0 waits for the sale to
+    /// open, ms (default 600000).
+    #[arg(long, value_name = "MS", requires = "shard")]
+    shard_wait_ms: Option<u64>,
     /// Where run folders go (default reports/runs).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -156,6 +175,22 @@ impl RehearseArgs {
     fn profile(&self) -> anyhow::Result<Profile> {
         Profile::load(self.profile.as_deref(), &self.overrides()).context("loading the profile")
     }
+
+    /// `--shard` and its companions.
+    fn sharding(&self) -> Option<scenarios::shard::Sharding> {
+        use scenarios::shard::{LEAD_DEFAULT, Sharding, Start, WAIT_MAX_DEFAULT};
+        let ms = std::time::Duration::from_millis;
+        Some(Sharding {
+            shard: self.shard?,
+            start: match self.start_at {
+                Some(t) => Start::At(t),
+                None => Start::Rendezvous {
+                    lead: self.shard_lead_ms.map_or(LEAD_DEFAULT, ms),
+                },
+            },
+            wait_max: self.shard_wait_ms.map_or(WAIT_MAX_DEFAULT, ms),
+        })
+    }
 }
 
 fn main() -> ExitCode {
@@ -210,9 +245,15 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
                 interrupt.send_replace(true);
             })
             .context("setting the Ctrl-C handler")?;
+            let sharding = args.sharding();
             let outcome = runtime.block_on(async {
                 tokio::select! {
-                    outcome = scenarios::rehearse(&profile, progress) => {
+                    outcome = async {
+                        match sharding {
+                            Some(s) => scenarios::shard::rehearse(&profile, progress, s).await,
+                            None => scenarios::rehearse(&profile, progress).await,
+                        }
+                    } => {
                         outcome.context("rehearsal")
                     }
                     _ = interrupted.wait_for(|i| *i) => {

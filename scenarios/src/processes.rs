@@ -911,6 +911,7 @@ pub async fn run(
                 kills: Some(driver),
                 conductor: processes.conductor()?,
                 files: processes.log_files().to_vec(),
+                shard: None,
             })
         });
     // on any error, the fleet and the processes are stopped all the same

@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use booking_server::ops::GatewayTruth;
 use parking_lot::Mutex;
@@ -40,6 +40,7 @@ use crate::load::{self, LiveStats, LoadConfig, LoadError, LoadResult, Targets};
 use crate::processes::ProcessError;
 use crate::profile::{self, FleetKind, Profile, Webhooks};
 use crate::progress;
+use crate::shard::{self, ShardError, Sharding};
 use crate::thresholds::{self, Leftovers, LevelPeak};
 
 /// How often the oldest queued message's age is sampled.
@@ -65,6 +66,9 @@ pub enum RehearseError {
     /// The process fleet failed.
     #[error("process fleet: {0}")]
     Processes(#[from] ProcessError),
+    /// A shard of a sharded load could not start.
+    #[error(transparent)]
+    Shard(#[from] ShardError),
 }
 
 /// Where a run's files go: `<out>/<UTC timestamp>-<seed>/`, made when the
@@ -82,8 +86,23 @@ pub struct RunPlace {
 impl RunPlace {
     /// A new run folder for `profile`, created.
     pub fn new(profile: &Profile) -> Result<RunPlace, RehearseError> {
+        RunPlace::named(profile, "")
+    }
+
+    /// A new run folder for one shard of a sharded load:
+    /// `<UTC timestamp>-<seed>-shard<INDEX>of<COUNT>` (shards on one machine
+    /// may share `out`).
+    pub fn for_shard(profile: &Profile, shard: &shard::Shard) -> Result<RunPlace, RehearseError> {
+        RunPlace::named(profile, &format!("-shard{}of{}", shard.index, shard.count))
+    }
+
+    fn named(profile: &Profile, suffix: &str) -> Result<RunPlace, RehearseError> {
         let started_at = chrono::Utc::now();
-        let run_id = format!("{}-{}", started_at.format("%Y%m%dT%H%M%SZ"), profile.seed);
+        let run_id = format!(
+            "{}-{}{suffix}",
+            started_at.format("%Y%m%dT%H%M%SZ"),
+            profile.seed
+        );
         let dir = profile.out_dir().join(&run_id);
         std::fs::create_dir_all(&dir)
             .map_err(|e| RehearseError::Write(dir.clone(), e.to_string()))?;
@@ -95,7 +114,8 @@ impl RunPlace {
     }
 }
 
-/// What a process fleet adds to a run.
+/// What a run adds to the plain rehearsal: a process fleet's kills and log
+/// files, a fault schedule, or its part in a sharded load.
 #[derive(Debug)]
 pub struct Extras {
     /// Kills to fire during the load (their records become the report's
@@ -108,6 +128,10 @@ pub struct Extras {
     pub conductor: Option<Conductor>,
     /// Files of the run folder besides the report's (logs), by name.
     pub files: Vec<String>,
+    /// This run is one shard of a sharded load ([`crate::shard`]): it runs
+    /// its part of the schedule; shard 0 alone sets the sale up, closes,
+    /// settles and audits it.
+    pub shard: Option<Sharding>,
 }
 
 /// What a run leaves: its report and where it was written.
@@ -165,6 +189,7 @@ pub async fn rehearse(profile: &Profile, progress: Progress) -> Result<Outcome, 
                     kills: None,
                     conductor: Some(conductor),
                     files: Vec::new(),
+                    shard: None,
                 };
                 run_with(&fleet, profile, progress, place, Some(extras)).await
             }
@@ -279,7 +304,7 @@ async fn sample_loop(sampler: Sampler<'_>, mut stop: watch::Receiver<bool>) {
                 continue;
             }
         };
-        let stats = live.take_interval();
+        let (stats, latencies) = live.take_interval_with_histogram();
         let started = live_bookings_ok(&live);
         let taken = snap.taken();
         let sample = Sample {
@@ -293,6 +318,8 @@ async fn sample_loop(sampler: Sampler<'_>, mut stop: watch::Receiver<bool>) {
             released: started.saturating_sub(taken),
             seats_left: snap.seats_left(),
             queue_age_ms: age.unwrap_or(0),
+            admitted: started,
+            booking_hdr: Some(reports::hdr::encode(&latencies)),
         };
         let label = phase.lock().label(
             live.arrivals_started
@@ -363,7 +390,8 @@ pub async fn run_on(
 /// Rehearses on `fleet` (which the caller stops) into `place`, with what a
 /// process fleet adds: its kills fired during the load (the load then waits
 /// for every instance killed to be back before the sale is closed), their
-/// faults and verdicts, its log files.
+/// faults and verdicts, its log files; or, as one shard of a sharded load,
+/// only its part of the schedule (see [`crate::shard`] for who does what).
 pub async fn run_with(
     fleet: &Fleet,
     profile: &Profile,
@@ -372,15 +400,19 @@ pub async fn run_with(
     extras: Option<Extras>,
 ) -> Result<Outcome, RehearseError> {
     let t0 = Instant::now();
+    let t0_wall = SystemTime::now();
     let RunPlace {
         run_id,
         dir,
         started_at,
     } = place;
-    let (kills, conductor, extra_files) = match extras {
-        Some(e) => (e.kills, e.conductor, e.files),
-        None => (None, None, Vec::new()),
+    let (kills, conductor, extra_files, sharding) = match extras {
+        Some(e) => (e.kills, e.conductor, e.files, e.shard),
+        None => (None, None, Vec::new(), None),
     };
+    // shard 0 of a sharded load, or a whole run, sets up, closes, settles
+    // and audits the sale
+    let coordinates = sharding.is_none_or(|s| s.shard.coordinates());
     let mut clock = Clock::default();
     let say = |what: &str| {
         if progress == Progress::Lines {
@@ -390,20 +422,32 @@ pub async fn run_with(
 
     // setup
     say(&format!(
-        "setup: {} on {} ({} instance(s)), {} candidates, {} seats in {} levels",
+        "setup: {} on {} ({} instance(s)), {} candidates, {} seats in {} levels{}",
         profile.name,
         fleet.stack_name,
         fleet.booking_urls.len(),
         profile.candidates,
         profile.seats(),
-        profile.levels.len()
+        profile.levels.len(),
+        sharding
+            .map(|s| format!(
+                "; shard {}{}",
+                s.shard,
+                if coordinates { " (coordinates)" } else { "" }
+            ))
+            .unwrap_or_default()
     ));
-    fleet.reset().await?;
     let candidates = profile::candidates(profile.seed, profile.candidates);
-    let added = fleet.load_candidates(&candidates).await?;
+    let added = if coordinates {
+        fleet.reset().await?;
+        Some(fleet.load_candidates(&candidates).await?)
+    } else {
+        None
+    };
     let levels = profile.level_caps();
-    let arrivals = load::schedule(&profile.load, &candidates, &levels, profile.seed)?;
-    let hashes: Vec<(String, String)> = arrivals
+    let whole = load::schedule(&profile.load, &candidates, &levels, profile.seed)?;
+    let whole_end = schedule_end(&whole);
+    let hashes: Vec<(String, String)> = whole
         .iter()
         .map(|a| {
             let hash = booking_server::ops::candidate_of(&a.candidate)
@@ -412,10 +456,48 @@ pub async fn run_with(
         })
         .collect();
     let first_asks = thresholds::first_asks(hashes.iter().map(|(l, c)| (l.as_str(), c.as_str())));
-    fleet.open().await?;
+    let rush_in = |a: &[load::Arrival]| a.iter().filter(|x| x.phase == load::Phase::Rush).count();
+    let (arrivals, sharded) = match &sharding {
+        Some(s) => {
+            let mine = load::schedule::shard(&whole, s.shard.index, s.shard.count);
+            let facts = WholeSchedule {
+                fingerprint: load::schedule::fingerprint(&whole),
+                arrivals: whole.len() as u64,
+                rush: rush_in(&whole) as u64,
+            };
+            (mine, Some(facts))
+        }
+        None => (whole, None),
+    };
+    let rush_arrivals = rush_in(&arrivals) as u64;
+    let zero = match &sharding {
+        None => {
+            fleet.open().await?;
+            None
+        }
+        Some(s) if coordinates => {
+            fleet.open().await?;
+            Some(shard::coordinator_zero(s)?)
+        }
+        Some(s) => {
+            say("waiting for shard 0 to open the sale");
+            Some(shard::await_zero(fleet, s).await?)
+        }
+    };
     say(&format!(
-        "open: {added} candidates eligible, {} arrivals scheduled",
-        arrivals.len()
+        "open: {}{} arrivals scheduled{}",
+        added
+            .map(|n| format!("{n} candidates eligible, "))
+            .unwrap_or_default(),
+        arrivals.len(),
+        match (&sharded, zero) {
+            (Some(w), Some(z)) => format!(
+                " (of {}), starting in {:.1} s",
+                w.arrivals,
+                z.saturating_duration_since(Instant::now()).as_secs_f64()
+            ),
+            _ => String::new(),
+        }
     ));
     let setup_end = ms_since(t0);
     clock.push("setup", 0, setup_end);
@@ -424,7 +506,7 @@ pub async fn run_with(
     let live = Arc::new(LiveStats::default());
     let phase = Arc::new(Mutex::new(PhaseNow {
         name: "load",
-        rush_arrivals: profile.load.rush_arrivals() as u64,
+        rush_arrivals,
     }));
     let sampled = Arc::new(Mutex::new(Sampled::default()));
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -436,8 +518,7 @@ pub async fn run_with(
             phase: phase.clone(),
             out: sampled.clone(),
             progress,
-            subscribe_after: (profile.webhooks == Webhooks::AfterRush)
-                .then_some(profile.load.rush_arrivals() as u64),
+            subscribe_after: (profile.webhooks == Webhooks::AfterRush).then_some(rush_arrivals),
         },
         stop_rx,
     );
@@ -448,13 +529,28 @@ pub async fn run_with(
             booking_urls: fleet.booking_urls.clone(),
             gateway_url: fleet.gateway_url.clone(),
         };
+        // a shard's schedule starts at the shared zero; the bound counts
+        // from the call
+        let wait = zero.map_or(Duration::ZERO, |z| {
+            z.saturating_duration_since(load_started)
+        });
         let config = LoadConfig {
             out_dir: Some(dir.clone()),
-            stop_by: schedule_end(&arrivals) + LOAD_SLACK,
+            stop_by: wait + schedule_end(&arrivals) + LOAD_SLACK,
+            start_at: zero,
+        };
+        // a shard's stream is every count-th arrival: `rate / count`
+        let load_profile = match &sharding {
+            Some(s) => load::LoadProfile {
+                rate: profile.load.rate / f64::from(s.shard.count),
+                late_rate: profile.load.late_rate / f64::from(s.shard.count),
+                ..profile.load.clone()
+            },
+            None => profile.load.clone(),
         };
         let (load_done_tx, load_done_rx) = watch::channel(false);
         let load = async {
-            let r = load::run(arrivals, targets, &profile.load, config, live.clone()).await;
+            let r = load::run(arrivals, targets, &load_profile, config, live.clone()).await;
             let _ = load_done_tx.send(true);
             r
         };
@@ -507,18 +603,32 @@ pub async fn run_with(
             // the rush's arrivals may not all have started (a bound hit)
             fleet.subscribe_webhooks();
         }
-        // settle
-        phase.lock().name = "settle";
-        say("load done: closing the sale and letting it finish");
-        let closed = fleet.close().await;
-        let settled = settle(fleet, profile).await;
+        // shard 0 closes the sale once no shard starts a first booking
+        if let (Some(z), true) = (zero, coordinates) {
+            let end = shard::shared_end(z, whole_end);
+            if end > Instant::now() {
+                say("load done: waiting for the other shards' schedules to end");
+                tokio::time::sleep_until(end.into()).await;
+            }
+        }
+        let settle_start = ms_since(t0);
+        let (closed, settled) = if coordinates {
+            // settle
+            phase.lock().name = "settle";
+            say("load done: closing the sale and letting it finish");
+            let closed = fleet.close().await;
+            (closed, settle(fleet, profile).await)
+        } else {
+            say("load done: shard 0 closes, settles and audits the sale");
+            let now = fleet.snapshot(false).await;
+            (Ok(()), now.map(|snap| (Leftovers::default(), 0, snap)))
+        };
         let settle_end = ms_since(t0);
         let _ = stop_tx.send(true);
         (
             result,
-            load_start,
-            load_end,
-            settle_end,
+            (load_start, load_started.duration_since(t0)),
+            (load_end, settle_start, settle_end),
             closed,
             settled,
             kill_records,
@@ -526,7 +636,15 @@ pub async fn run_with(
         )
     };
     let (
-        (result, load_start, load_end, settle_end, closed, settled, kill_records, fault_records),
+        (
+            result,
+            (load_start, load_offset),
+            (load_end, settle_start, settle_end),
+            closed,
+            settled,
+            kill_records,
+            fault_records,
+        ),
         (),
     ) = tokio::join!(main, sampler);
     let result = result?;
@@ -539,20 +657,34 @@ pub async fn run_with(
         load_start + rush_to.as_millis() as u64,
     );
     clock.push("late", load_start + rush_to.as_millis() as u64, load_end);
-    clock.push("settle", load_end, settle_end);
+    if settle_start > load_end {
+        clock.push("shards_end", load_end, settle_start);
+    }
+    if coordinates {
+        clock.push("settle", settle_start, settle_end);
+    }
 
     // audit
-    say("audit");
     let audit_start = ms_since(t0);
-    // the document as the counters stand now (the audit compares them)
-    fleet.publish_status().await?;
-    let final_snap = fleet.snapshot(true).await?;
+    let final_snap = if coordinates {
+        say("audit");
+        // the document as the counters stand now (the audit compares them)
+        fleet.publish_status().await?;
+        fleet.snapshot(true).await?
+    } else {
+        last.clone()
+    };
     let sampled = std::mem::take(&mut *sampled.lock());
     let mut peaks = sampled.peaks;
     record_peaks(&mut peaks, &final_snap);
     record_peaks(&mut peaks, &last);
+    // the rush's starts on this run's clock (a merge of shards lines them up)
+    let on_clock = |d: Duration| (load_offset + d).as_secs_f64() * 1_000.0;
+    let mut load_figures = result.figures.clone();
+    load_figures.rush_first_ms = on_clock(rush_from);
+    load_figures.rush_last_ms = on_clock(rush_to);
     let measured = Measured {
-        load: result.figures.clone(),
+        load: load_figures,
         queue_age_max_ms: fleet.queue_observable().then_some(sampled.queue_age_max_ms),
         queue_samples: sampled.queue_samples,
         peaks,
@@ -572,7 +704,20 @@ pub async fn run_with(
         }
         None => (std::borrow::Cow::Borrowed(profile), Vec::new()),
     };
-    let (mut invariants, gateway_ledger) = verdicts_with_ledger(fleet, &judged, &measured).await?;
+    // a shard's rush is its share of the rush: so is its rate's floor
+    let judged = match &sharded {
+        Some(w) if w.rush > 0 => {
+            let mut p = judged.into_owned();
+            p.thresholds.rush_rate_min *= rush_arrivals as f64 / w.rush as f64;
+            std::borrow::Cow::Owned(p)
+        }
+        _ => judged,
+    };
+    let (mut invariants, gateway_ledger) = if coordinates {
+        verdicts_with_ledger(fleet, &judged, &measured).await?
+    } else {
+        (share_verdicts(&judged, &measured), None)
+    };
     // Connection errors are not server errors (the load fails them over to
     // a live instance), so they are held to their own verdict on every run:
     // none at all without kills or process faults, none outside their
@@ -600,7 +745,9 @@ pub async fn run_with(
             t0,
         ));
     }
-    clock.push("audit", audit_start, ms_since(t0));
+    if coordinates {
+        clock.push("audit", audit_start, ms_since(t0));
+    }
 
     // report
     let report_start = ms_since(t0);
@@ -638,6 +785,22 @@ pub async fn run_with(
             .chain(&extra_files)
             .cloned()
             .collect(),
+        shard: sharding.zip(sharded).map(|(s, w)| {
+            let t0_unix_ms = shard::unix_ms(t0_wall);
+            let since_t0 = |at: Instant| at.saturating_duration_since(t0).as_secs_f64() * 1_000.0;
+            reports::ShardInfo {
+                index: s.shard.index,
+                count: s.shard.count,
+                schedule: w.fingerprint,
+                arrivals_total: w.arrivals,
+                rate: profile.load.rate,
+                target: profile.target.clone().unwrap_or_default(),
+                t0_unix_ms,
+                zero_unix_ms: t0_unix_ms + zero.map_or(0.0, since_t0),
+                bounds: thresholds::merge_bounds(&profile.thresholds),
+            }
+        }),
+        merged: None,
     };
     clock.push("report", report_start, ms_since(t0));
     report.phases = clock.phases;
@@ -651,6 +814,29 @@ pub async fn run_with(
         dir,
         measured,
     })
+}
+
+/// What a shard knows of the whole schedule.
+#[derive(Debug, Clone)]
+struct WholeSchedule {
+    /// [`load::schedule::fingerprint`] of it.
+    fingerprint: String,
+    /// Its arrivals.
+    arrivals: u64,
+    /// Its rush arrivals.
+    rush: u64,
+}
+
+/// The verdicts of a shard other than 0: only on its share of the load
+/// (shard 0 judges the sale's state for the whole run).
+fn share_verdicts(profile: &Profile, measured: &Measured) -> Vec<Verdict> {
+    let t = &profile.thresholds;
+    vec![
+        thresholds::rush_rate(&measured.load, t),
+        thresholds::booking_p99(&measured.load, t),
+        thresholds::server_errors(&measured.load, t),
+        thresholds::approved_payers_told_paid(measured.approved_told_not_paid),
+    ]
 }
 
 /// When the last arrival is due.

@@ -1,7 +1,10 @@
 //! Verdicts: figures of a run, held to the profile's [`Thresholds`], become
 //! [`Verdict`]s (the audit's own type; its invariants are listed in
 //! `booking_audit::invariants`). Every function here is pure; the rehearsal gathers
-//! the figures ([`crate::rehearse`]) and these decide.
+//! the figures ([`crate::rehearse`]) and these decide. The verdicts on the
+//! load's figures are defined once in [`reports::verdicts`] (`reports
+//! merge` judges a sharded run's merged figures with them); these pass the
+//! profile's bounds.
 //!
 //! The names are stable (CI and the tests refer to them):
 //!
@@ -25,14 +28,10 @@ use reports::LoadFigures;
 
 use crate::profile::Thresholds;
 
-/// The name of the rush-rate threshold.
-pub const RUSH_RATE: &str = "rush_rate";
-/// The name of the booking-latency threshold.
-pub const BOOKING_P99: &str = "booking_p99_ms";
-/// The name of the queue-age threshold.
-pub const QUEUE_AGE: &str = "queue_age_max_ms";
-/// The name of the server-error threshold.
-pub const SERVER_ERRORS: &str = "server_error_pct";
+pub use reports::verdicts::{
+    APPROVED_TOLD_PAID, BOOKING_P99, BOOKING_TRANSACTION, QUEUE_AGE, RUSH_RATE, SERVER_ERRORS,
+    approved_payers_told_paid, error_pct,
+};
 /// The bounds a fault schedule may relax (`[relax]`), by verdict name.
 pub const RELAXABLE: [&str; 4] = [RUSH_RATE, BOOKING_P99, QUEUE_AGE, SERVER_ERRORS];
 
@@ -70,10 +69,6 @@ pub const AT_CAP: &str = "at_cap_when_demand_exceeded";
 pub const NEVER_ABOVE_CAP: &str = "never_above_cap_during_run";
 /// The name of the quiescence invariant.
 pub const SETTLED: &str = "sale_settled";
-/// The name of the client-side check on approved payers' redirects.
-pub const APPROVED_TOLD_PAID: &str = "approved_payers_told_paid";
-/// The booking transaction's name in the load figures.
-pub const BOOKING_TRANSACTION: &str = "booking";
 
 /// `figure <= threshold`.
 pub fn at_most(name: &str, figure: f64, threshold: f64, unit: &str, detail: String) -> Verdict {
@@ -104,83 +99,34 @@ pub fn from_audit(invariant: &Verdict, thresholds: &Thresholds) -> Verdict {
 
 /// `rush_rate`: the achieved rush rate against its floor.
 pub fn rush_rate(load: &LoadFigures, thresholds: &Thresholds) -> Verdict {
-    at_least(
-        RUSH_RATE,
-        load.achieved_rate,
-        thresholds.rush_rate_min,
-        "bookings/s",
-        format!(
-            "target {:.0}/s; {} arrivals scheduled, {} started, {} late, {} dropped",
-            load.target_rate,
-            load.arrivals_scheduled,
-            load.arrivals_started,
-            load.arrivals_late,
-            load.arrivals_dropped
-        ),
-    )
+    reports::verdicts::rush_rate(load, thresholds.rush_rate_min)
 }
 
 /// `booking_p99_ms`: the booking transaction's p99 against its ceiling; a
 /// run that measured no booking fails it.
 pub fn booking_p99(load: &LoadFigures, thresholds: &Thresholds) -> Verdict {
-    match load
-        .transactions
-        .iter()
-        .find(|t| t.name == BOOKING_TRANSACTION && t.count > 0)
-    {
-        Some(t) => at_most(
-            BOOKING_P99,
-            t.p99_ms,
-            thresholds.booking_p99_ms_max,
-            "ms",
-            format!(
-                "{} bookings: p50 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms",
-                t.count, t.p50_ms, t.p999_ms, t.max_ms
-            ),
-        ),
-        None => Verdict {
-            passed: false,
-            ..at_most(
-                BOOKING_P99,
-                0.0,
-                thresholds.booking_p99_ms_max,
-                "ms",
-                "no booking was measured".to_owned(),
-            )
-        },
-    }
+    reports::verdicts::booking_p99(load, thresholds.booking_p99_ms_max)
 }
 
 /// `queue_age_max_ms`: the oldest queued message seen, against its ceiling.
 /// (Only where the queue can be watched: a remote target's cannot.)
 pub fn queue_age(max_ms: u64, samples: u64, thresholds: &Thresholds) -> Verdict {
-    at_most(
-        QUEUE_AGE,
-        max_ms as f64,
-        thresholds.queue_age_ms_max,
-        "ms",
-        format!("{samples} samples"),
-    )
-}
-
-/// Server errors as a percentage of requests (0 with no requests).
-pub fn error_pct(requests: u64, server_errors: u64) -> f64 {
-    if requests == 0 {
-        0.0
-    } else {
-        server_errors as f64 * 100.0 / requests as f64
-    }
+    reports::verdicts::queue_age(max_ms, samples, thresholds.queue_age_ms_max)
 }
 
 /// `server_error_pct`: 5xx and unanswered requests against their ceiling.
 pub fn server_errors(load: &LoadFigures, thresholds: &Thresholds) -> Verdict {
-    at_most(
-        SERVER_ERRORS,
-        error_pct(load.requests, load.server_errors),
-        thresholds.server_error_pct_max,
-        "%",
-        format!("{} of {} requests", load.server_errors, load.requests),
-    )
+    reports::verdicts::server_errors(load, thresholds.server_error_pct_max)
+}
+
+/// The whole run's bounds of the verdicts `reports merge` judges again on a
+/// sharded run's merged figures, by name.
+pub fn merge_bounds(thresholds: &Thresholds) -> BTreeMap<String, f64> {
+    BTreeMap::from([
+        (RUSH_RATE.to_owned(), thresholds.rush_rate_min),
+        (BOOKING_P99.to_owned(), thresholds.booking_p99_ms_max),
+        (SERVER_ERRORS.to_owned(), thresholds.server_error_pct_max),
+    ])
 }
 
 /// One level as the run saw it.
@@ -226,21 +172,6 @@ pub fn at_cap_when_demand_exceeded(levels: &[LevelPeak]) -> Verdict {
             .join("; ");
     }
     r
-}
-
-/// `approved_payers_told_paid`: no payer who approved at the checkout was
-/// answered `not_paid` on the redirect (whatever `status` the redirect
-/// claimed: the system asks the gateway, never the browser). A late payer is
-/// told `expired`, a concurrent tab `processing`; `not_paid` after an
-/// approval means the seat was given up on the redirect's word.
-pub fn approved_payers_told_paid(told_not_paid: u64) -> Verdict {
-    at_most(
-        APPROVED_TOLD_PAID,
-        told_not_paid as f64,
-        0.0,
-        "count",
-        format!("{told_not_paid} approved payers' redirects answered not_paid"),
-    )
 }
 
 /// `never_above_cap_during_run`: no level ever counted more than its cap.

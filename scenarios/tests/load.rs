@@ -149,6 +149,7 @@ async fn the_engine_books_and_pays_at_the_target_rate() {
     let config = LoadConfig {
         out_dir: Some(out.clone()),
         stop_by: Duration::from_secs(30),
+        start_at: None,
     };
     let started = std::time::Instant::now();
     let result = load::run(arrivals, targets, &profile, config, live.clone())
@@ -281,6 +282,7 @@ async fn a_target_that_never_answers_is_bounded_and_its_arrivals_are_counted() {
         LoadConfig {
             out_dir: None,
             stop_by: Duration::from_secs(3),
+            start_at: None,
         },
         live.clone(),
     )

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use reports::{
     Fault, InvariantResult, LevelFigures, LoadFigures, Phase, QueueFigures, Report, SaleFigures,
-    Sample, TransactionFigures,
+    Sample, ShardInfo, TransactionFigures,
 };
 
 /// A scratch folder removed when dropped.
@@ -124,6 +124,7 @@ impl ReportBuilder {
                         .map(|(l, cap)| ((*l).to_owned(), ((1.0 - sold) * *cap as f64) as u64 + 2))
                         .collect(),
                     queue_age_ms: if rush { s % 3 } else { 0 },
+                    ..Sample::default()
                 }
             })
             .collect();
@@ -189,6 +190,7 @@ impl ReportBuilder {
                         p99_ms: 31.74,
                         p999_ms: 91.6,
                         max_ms: 126.3,
+                        ..TransactionFigures::default()
                     },
                     TransactionFigures {
                         name: "checkout".into(),
@@ -200,8 +202,10 @@ impl ReportBuilder {
                         p99_ms: 59.1,
                         p999_ms: 91.0,
                         max_ms: 185.6,
+                        ..TransactionFigures::default()
                     },
                 ],
+                ..LoadFigures::default()
             },
             sale: SaleFigures {
                 seats,
@@ -269,6 +273,7 @@ impl ReportBuilder {
             relaxed: vec![],
             timeline,
             files: vec!["goose-report.html".into(), "goose-report.json".into()],
+            ..Report::default()
         };
         Self { report }
     }
@@ -297,6 +302,47 @@ impl ReportBuilder {
             target: target.into(),
             effect: effect.into(),
             ..Fault::default()
+        });
+        self
+    }
+
+    /// Makes it shard `index` of `count` of one sharded run: its
+    /// transactions and samples get histograms (latencies `1..=count` ms
+    /// apart per shard), its share of the arrivals, the whole run's bounds.
+    pub fn shard(mut self, index: u32, count: u32) -> Self {
+        let r = &mut self.report;
+        let latency_us = 1_000 * (u64::from(index) + 1);
+        for t in &mut r.load.transactions {
+            let mut h = reports::hdr::histogram();
+            h.record_n(latency_us, t.count / u64::from(count)).unwrap();
+            *t = reports::hdr::figures(&t.name, &h, 0);
+        }
+        for x in &mut r.timeline {
+            let mut h = reports::hdr::histogram();
+            h.record_n(latency_us, 10).unwrap();
+            x.booking_hdr = Some(reports::hdr::encode(&h));
+        }
+        let l = &mut r.load;
+        l.arrivals_scheduled /= u64::from(count);
+        l.arrivals_started /= u64::from(count);
+        l.rush_started = 50_000 / u64::from(count);
+        l.rush_first_ms = 1_133.0 + f64::from(index) * 0.5;
+        l.rush_last_ms = 26_132.5 + f64::from(index) * 0.5;
+        r.run_id = format!("20261202T184318Z-7-shard{index}");
+        r.shard = Some(ShardInfo {
+            index,
+            count,
+            schedule: "5eed5eed5eed5eed".into(),
+            arrivals_total: 54_000,
+            rate: 2_000.0,
+            target: "http://127.0.0.1:8080".into(),
+            t0_unix_ms: 1.8e12,
+            zero_unix_ms: 1.8e12 + 1_133.0,
+            bounds: BTreeMap::from([
+                ("rush_rate".to_owned(), 1_950.0),
+                ("booking_p99_ms".to_owned(), 50.0),
+                ("server_error_pct".to_owned(), 0.01),
+            ]),
         });
         self
     }

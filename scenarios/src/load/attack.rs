@@ -94,6 +94,7 @@ pub async fn run(
         called,
         stop_at: called + config.stop_by,
         zero: watch::Sender::new(None),
+        not_before: config.start_at.map(Instant::from_std),
         next: AtomicUsize::new(0),
         outstanding: AtomicUsize::new(n),
         done: watch::Sender::new(n == 0),
@@ -143,7 +144,7 @@ pub async fn run(
             e.zero.send_if_modified(|z| {
                 if z.is_none() {
                     tracing::warn!("not every goose user started; starting the schedule anyway");
-                    *z = Some(Instant::now());
+                    *z = Some(e.zero_from(Instant::now()));
                     true
                 } else {
                     false
@@ -363,6 +364,10 @@ fn result(engine: &Engine, goose: GooseSummary, goose_files: Vec<String>) -> Loa
         arrivals_started: started,
         arrivals_dropped: scheduled.saturating_sub(started),
         arrivals_late: engine.late.load(Ordering::Relaxed),
+        rush_started,
+        // the rehearsal places `rush_window` on its own clock
+        rush_first_ms: 0.0,
+        rush_last_ms: 0.0,
         transactions,
     };
     let mut payments = engine.payments.lock().clone();

@@ -123,6 +123,8 @@ pub(super) struct Engine {
     pub(super) stop_at: Instant,
     /// Set once: the schedule's zero.
     pub(super) zero: watch::Sender<Option<Instant>>,
+    /// The zero is never before this ([`super::LoadConfig::start_at`]).
+    pub(super) not_before: Option<Instant>,
     /// The next arrival to take.
     pub(super) next: AtomicUsize,
     /// Arrivals not yet finished plus payments and retries queued or running.
@@ -655,6 +657,12 @@ impl Engine {
         Ok(())
     }
 
+    /// The schedule's zero if it were `at`: never before
+    /// [`Engine::not_before`].
+    pub(super) fn zero_from(&self, at: Instant) -> Instant {
+        self.not_before.map_or(at, |n| n.max(at))
+    }
+
     /// `start` (each user's first transaction): its number and the shared
     /// client; the last user to start sets the schedule's zero.
     pub(super) async fn start(self: Arc<Engine>, user: &mut GooseUser) -> TransactionResult {
@@ -662,7 +670,7 @@ impl Engine {
         session(user).number = number;
         user.client = self.client.clone();
         if number + 1 == self.total_users {
-            let zero = Instant::now() + START_LEAD;
+            let zero = self.zero_from(Instant::now() + START_LEAD);
             self.zero.send_if_modified(|z| {
                 if z.is_none() {
                     *z = Some(zero);

@@ -477,6 +477,11 @@ pub struct LoadConfig {
     /// Hard bound: the whole load stops by itself this long after [`run`]
     /// was called, even if the target hangs.
     pub stop_by: Duration,
+    /// The schedule's zero, if it must be no sooner than this (the shards
+    /// of a sharded load start their schedules together); `None`: as soon
+    /// as every goose user has started. `stop_by` counts from the call all
+    /// the same.
+    pub start_at: Option<std::time::Instant>,
 }
 
 /// What the payers did.

@@ -13,6 +13,14 @@
 //! and its retry coin (`retry_fraction`). Payers follow the
 //! [`PayerMix`](super::PayerMix) along a low-discrepancy sequence from a
 //! seeded start, so every stretch of arrivals has close to the mix's shares.
+//!
+//! A load spread over several generator processes runs one [`shard`] of the
+//! same schedule in each: arrival `k` goes to shard `k % count`, so the
+//! shards are disjoint, together exactly the schedule, and each is an evenly
+//! spaced stream at `rate / count` interleaved with the others. Every shard
+//! computes the whole schedule (from the same seed) and keeps its part;
+//! [`fingerprint`] names the whole, so shards of different schedules are
+//! told apart.
 
 use std::time::Duration;
 
@@ -74,6 +82,48 @@ pub fn schedule(
         });
     }
     Ok(arrivals)
+}
+
+/// Shard `index` of `count` of `arrivals`: the arrivals `k` with
+/// `k % count == index`, in order, their intended starts unchanged
+/// (nothing for an index not below `count`; `count` 0 is taken as 1).
+pub fn shard(arrivals: &[Arrival], index: u32, count: u32) -> Vec<Arrival> {
+    let count = count.max(1) as usize;
+    if index as usize >= count {
+        return Vec::new();
+    }
+    arrivals
+        .iter()
+        .skip(index as usize)
+        .step_by(count)
+        .cloned()
+        .collect()
+}
+
+/// A name of the whole schedule: 64-bit FNV-1a, hex, over every arrival's
+/// intended start, candidate, level, payer, phase and retry coin. Stable
+/// across builds and machines (no std hasher), so shards on different
+/// machines agree.
+pub fn fingerprint(arrivals: &[Arrival]) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(PRIME);
+        }
+    };
+    eat(&(arrivals.len() as u64).to_le_bytes());
+    for a in arrivals {
+        eat(&a.at.as_nanos().to_le_bytes());
+        for text in [a.candidate.as_str(), a.level.as_str(), a.payer.as_str()] {
+            eat(text.as_bytes());
+            eat(&[0]);
+        }
+        eat(&[u8::from(a.phase == Phase::Late), u8::from(a.retry_if_busy)]);
+    }
+    format!("{h:016x}")
 }
 
 /// Payer kinds along a golden-ratio (low-discrepancy) sequence from a seeded
@@ -328,6 +378,59 @@ mod tests {
         assert!((share - 0.3).abs() < 0.015, "{share}");
         let all = schedule(&small(), &candidates(1_000), &levels(), 5).unwrap();
         assert!(all.iter().all(|x| x.retry_if_busy), "retry_fraction 1.0");
+    }
+
+    #[test]
+    fn shards_are_disjoint_and_together_exactly_the_schedule() {
+        let p = LoadProfile {
+            duplicate_fraction: 0.2,
+            ..small()
+        };
+        let whole = schedule(&p, &candidates(1_000), &levels(), 42).unwrap();
+        assert_eq!(whole.len(), 230);
+        for count in [1u32, 2, 3, 7] {
+            let shards: Vec<Vec<Arrival>> = (0..count).map(|i| shard(&whole, i, count)).collect();
+            let sizes: Vec<usize> = shards.iter().map(Vec::len).collect();
+            assert_eq!(
+                sizes.iter().sum::<usize>(),
+                whole.len(),
+                "{count}: {sizes:?}"
+            );
+            assert!(
+                sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1,
+                "balanced: {sizes:?}"
+            );
+            // interleaved back in order, the shards are the schedule
+            let mut joined = Vec::new();
+            for k in 0..whole.len() {
+                let (i, j) = (k % count as usize, k / count as usize);
+                joined.push(shards[i][j].clone());
+            }
+            assert_eq!(joined, whole, "{count} shards");
+        }
+        // shard 1 of 2 of a 100/s rush: every other arrival, 20 ms apart
+        let odd = shard(&whole, 1, 2);
+        assert_eq!(odd[0].at, Duration::from_millis(10));
+        assert_eq!(odd[1].at - odd[0].at, Duration::from_millis(20));
+        assert_eq!(shard(&whole, 0, 0), whole, "0 shards read as 1");
+        assert!(shard(&whole, 5, 2).is_empty());
+    }
+
+    #[test]
+    fn the_fingerprint_names_the_whole_schedule() {
+        let c = candidates(1_000);
+        let a = schedule(&small(), &c, &levels(), 42).unwrap();
+        let b = schedule(&small(), &c, &levels(), 42).unwrap();
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        assert_eq!(fingerprint(&a).len(), 16);
+        let other_seed = schedule(&small(), &c, &levels(), 43).unwrap();
+        assert_ne!(fingerprint(&a), fingerprint(&other_seed));
+        let mut one_changed = a.clone();
+        one_changed[100].retry_if_busy = !one_changed[100].retry_if_busy;
+        assert_ne!(fingerprint(&a), fingerprint(&one_changed));
+        assert_ne!(fingerprint(&a), fingerprint(&a[..229]));
+        // a fixed value: the same on every machine and build
+        assert_eq!(fingerprint(&[]), "a8c7f832281a39c5");
     }
 
     #[test]

@@ -13,22 +13,14 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 
-/// The slowest latency a histogram keeps apart, µs (an hour); slower ones
-/// are recorded as this.
-pub const LATENCY_US_MAX: u64 = 3_600_000_000;
-/// Significant figures the histograms keep.
-pub const SIGNIFICANT_FIGURES: u8 = 3;
 /// Shards of a [`Recorder`].
 pub const SHARDS: usize = 8;
 
-/// An empty latency histogram (µs).
-pub fn histogram() -> Histogram<u64> {
-    // 1 µs .. 1 h at 3 significant figures is a valid bound; fall back to an
-    // auto-resizing histogram rather than fail if the library disagrees.
-    Histogram::new_with_bounds(1, LATENCY_US_MAX, SIGNIFICANT_FIGURES)
-        .or_else(|_| Histogram::new(SIGNIFICANT_FIGURES))
-        .unwrap_or_else(|_| unreachable!("3 significant figures are valid"))
-}
+/// The histograms (µs), their bounds, and the report's figures of one, as
+/// the reports crate defines them (a merge of shards' reports reads them
+/// back the same way); the achieved rate likewise.
+pub use reports::hdr::{LATENCY_US_MAX, SIGNIFICANT_FIGURES, figures, histogram};
+pub use reports::verdicts::achieved_rate;
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
@@ -80,29 +72,6 @@ impl Recorder {
             &self.merged(),
             self.errors.load(Ordering::Relaxed),
         )
-    }
-}
-
-/// The report's figures of a histogram (µs) as milliseconds.
-pub fn figures(name: &str, h: &Histogram<u64>, errors: u64) -> reports::TransactionFigures {
-    let ms = |us: u64| us as f64 / 1_000.0;
-    if h.is_empty() {
-        return reports::TransactionFigures {
-            name: name.to_owned(),
-            errors,
-            ..reports::TransactionFigures::default()
-        };
-    }
-    reports::TransactionFigures {
-        name: name.to_owned(),
-        count: h.len(),
-        errors,
-        mean_ms: h.mean() / 1_000.0,
-        p50_ms: ms(h.value_at_quantile(0.50)),
-        p90_ms: ms(h.value_at_quantile(0.90)),
-        p99_ms: ms(h.value_at_quantile(0.99)),
-        p999_ms: ms(h.value_at_quantile(0.999)),
-        max_ms: ms(h.max()),
     }
 }
 
@@ -251,6 +220,12 @@ impl LiveStats {
     /// The figures since the previous call (or since these stats were made),
     /// and starts a new interval.
     pub fn take_interval(&self) -> IntervalStats {
+        self.take_interval_with_histogram().0
+    }
+
+    /// [`LiveStats::take_interval`], and the interval's booking latencies
+    /// (µs) themselves.
+    pub fn take_interval_with_histogram(&self) -> (IntervalStats, Histogram<u64>) {
         let now = Instant::now();
         let arrivals = self.arrivals_started.load(Ordering::Relaxed);
         let requests = self.requests.load(Ordering::Relaxed);
@@ -271,30 +246,15 @@ impl LiveStats {
         };
         let h = std::mem::replace(&mut *self.interval.lock(), histogram());
         let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
-        let q = |q: f64| {
-            if h.is_empty() {
-                0.0
-            } else {
-                h.value_at_quantile(q) as f64 / 1_000.0
-            }
-        };
-        IntervalStats {
+        let (p50_ms, p99_ms) = reports::hdr::p50_p99_ms(&h);
+        let stats = IntervalStats {
             bookings_per_s: per_s(d_arrivals),
             requests_per_s: per_s(d_requests),
-            p50_ms: q(0.50),
-            p99_ms: q(0.99),
-        }
+            p50_ms,
+            p99_ms,
+        };
+        (stats, h)
     }
-}
-
-/// The rush's achieved rate: `started` arrivals whose starts spanned
-/// `first..=last`, at an intended spacing of `1 / target` s. A punctual rush
-/// achieves exactly `target`: `n / ((n - 1) / target + 1 / target)`.
-pub fn achieved_rate(started: u64, span: Duration, target: f64) -> f64 {
-    if started == 0 || target <= 0.0 {
-        return 0.0;
-    }
-    started as f64 / (span.as_secs_f64() + 1.0 / target)
 }
 
 /// Whether an arrival that started `lateness` after its intended time is
@@ -375,17 +335,6 @@ mod tests {
         let r = live.bookings_refused();
         assert_eq!(r.get("level_full"), Some(&2));
         assert_eq!(r.get("sale_closed"), Some(&1));
-    }
-
-    #[test]
-    fn a_punctual_rush_achieves_its_target() {
-        // 2,000 arrivals at 1,000/s: the last starts 1.999 s after the first
-        let r = achieved_rate(2_000, Duration::from_micros(1_999_000), 1_000.0);
-        assert!((r - 1_000.0).abs() < 1e-6, "{r}");
-        // the same arrivals stretched over 4 s
-        let slow = achieved_rate(2_000, Duration::from_secs(4), 1_000.0);
-        assert!((slow - 2_000.0 / 4.001).abs() < 1e-6, "{slow}");
-        assert_eq!(achieved_rate(0, Duration::ZERO, 1_000.0), 0.0);
     }
 
     #[test]
