@@ -78,11 +78,27 @@ ci:
     cargo clippy --workspace --all-targets --locked -- -D warnings
     scripts/test
 
-# Benchmarks: gateway create+execute round trips per second on one core; the Redis admission script's rate.
-bench:
+# Benchmarks, one table from one run (release, about 15 minutes, every process it starts stopped): raw EVALSHA of the admission script by redis-benchmark (and pipelined), the script through the ledger, POST /bookings closed loop and paced on embedded and Redis, the load generator's CPU against the system's and wrk's, the capacity found. Flags: --skip-capacity, --capacity-minutes N (per stack, default 5).
+bench *ARGS:
+    cargo build --release -p booking-server --bin booking -p scenarios --bin scenarios --example bench_table -p booking-redis --example admission_rate -p booking-api --example bookings_rate
+    target/release/examples/bench_table {{ARGS}}
+
+# The arrival rate stepped up with short rehearsals until a verdict breaks, on embedded and Redis: the highest rate held, its p99, what broke above it, CPU per component; e.g. `just capacity --rates 1000,2000,3000,4000 --stack redis --fleet processes`.
+capacity *ARGS:
+    cargo build --release -p booking-server --bin booking
+    cargo run --release -p scenarios -- capacity {{ARGS}}
+
+# The gateway's create+execute round trips per second on one core.
+bench-gateway:
     cargo bench -p mock-gateway --bench round_trip
+
+# The Redis admission script's rate through the ledger.
+bench-admission:
     cargo run --release -p booking-redis --example admission_rate
-    cargo run --release -p booking-api --example bookings_rate
+
+# POST /bookings closed loop and paced on one stack, e.g. `just bench-bookings redis`.
+bench-bookings STACK="embedded":
+    BENCH_STACK={{STACK}} cargo run --release -p booking-api --example bookings_rate
 
 # API docs for every crate.
 doc:

@@ -20,8 +20,13 @@
 //!   their reports.
 //! - [`thresholds`]: figures held to the profile's bounds, as named verdicts.
 //! - [`progress`]: the progress line and the end-of-run summary.
+//! - [`capacity`]: `scenarios capacity`: the arrival rate stepped up with
+//!   short rehearsals until a verdict breaks, with CPU per component
+//!   ([`cpu`]: CPU seconds per process, read from `/proc`).
 
+pub mod capacity;
 pub mod conductor;
+pub mod cpu;
 pub mod fleet;
 pub mod kills;
 pub mod load;

@@ -31,6 +31,10 @@ enum Command {
     Rehearse(RehearseArgs),
     /// Print the profile as it would run (after overrides), as TOML.
     Profile(RehearseArgs),
+    /// Step the arrival rate up with short rehearsals until a verdict
+    /// breaks, on each stack: the highest rate held, its p99, what broke
+    /// above it, and the CPU per component; writes capacity.json.
+    Capacity(scenarios::capacity::CapacityArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -217,6 +221,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
+        Command::Capacity(args) => capacity(&args),
         Command::Profile(args) => {
             let p = args.profile()?;
             print!(
@@ -264,4 +269,35 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             Ok(outcome.report.passed)
         }
     }
+}
+
+/// `scenarios capacity`: every stack's search, the table on stdout. Ctrl-C
+/// drops the search and with it the step's fleet and processes.
+fn capacity(args: &scenarios::capacity::CapacityArgs) -> anyhow::Result<bool> {
+    let (base, plan, stacks) = args.resolve()?;
+    let progress = if args.verbose {
+        Progress::Lines
+    } else {
+        Progress::Quiet
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let (interrupt, mut interrupted) = tokio::sync::watch::channel(false);
+    ctrlc::set_handler(move || {
+        interrupt.send_replace(true);
+    })
+    .context("setting the Ctrl-C handler")?;
+    let (report, path) = runtime.block_on(async {
+        tokio::select! {
+            r = scenarios::capacity::run(&base, &plan, &stacks, progress) => r.context("capacity"),
+            _ = interrupted.wait_for(|i| *i) => {
+                anyhow::bail!("interrupted: everything the search started is stopped")
+            }
+        }
+    })?;
+    print!("{}", scenarios::capacity::table(&report));
+    println!("written: {}", path.display());
+    Ok(report.stacks.iter().all(|s| s.error.is_none()))
 }

@@ -1,0 +1,1031 @@
+//! `just bench`: one table from one run, each figure with a ratio.
+//!
+//! 1. **Raw `EVALSHA`** of the ledger's real admission script
+//!    (`booking-redis/src/lua/prelude.lua` + `admit.lua`) by `redis-benchmark`
+//!    (50 clients; then pipelined, `-P 16`) on a private `redis-server`:
+//!    random eligible candidates (`__rand_int__` over the eligible set), so
+//!    most calls admit (the rest find their own earlier hold).
+//! 2. **The admission script through the ledger**: `booking-redis`'s
+//!    `admission_rate` example (64 tasks, the production pool).
+//! 3. **`POST /bookings`** closed loop (64 clients) and paced (2,000/s), on
+//!    the embedded stack and on Redis: `booking-api`'s `bookings_rate`.
+//! 4. **The capacity found**: `scenarios capacity` on both stacks.
+//! 5. **The load generator against the system**: `scenarios rehearse
+//!    --target` at 2,000 bookings/s against one `booking serve` process (and
+//!    its private `redis-server`), the mock gateway in this process, seats
+//!    for every arrival (the step's caps × 100: every booking admitted): CPU
+//!    seconds of each process over the rush (`/proc/<pid>/stat`), the
+//!    generator's CPU per 1,000 requests; then `wrk` (closed loop, 1 thread,
+//!    64 connections) on the same `POST /bookings`, its CPU per 1,000
+//!    requests.
+//!
+//! Every process it starts is a child of this one and is stopped when its
+//! part ends (or when the part's time bound passes, or on Ctrl-C). The
+//! binaries are the release ones next to this example (the `bench` recipe
+//! builds them):
+//!
+//! ```text
+//! just bench                      # builds, then runs this
+//! target/release/examples/bench_table [--skip-capacity] [--capacity-minutes N]
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use booking_server::config::StackKind;
+use parking_lot::Mutex;
+use scenarios::Profile;
+use scenarios::capacity::{self, CapacityReport, Plan};
+use scenarios::cpu::{self, Sampler};
+use scenarios::fleet::{Fleet, ensure_redis, rehearsal_config};
+
+/// The admission script as the ledger loads it: the prelude, then the body.
+const ADMIT_LUA: &str = concat!(
+    include_str!("../../system/booking-redis/src/lua/prelude.lua"),
+    "\n",
+    include_str!("../../system/booking-redis/src/lua/admit.lua")
+);
+/// Eligible candidates of the raw run (`c` + 12 digits, as
+/// `redis-benchmark` expands `c__rand_int__`).
+const KEYSPACE: u64 = 2_000_000;
+/// Calls of the raw runs.
+const RAW_CALLS: u64 = 200_000;
+/// Calls of the pipelined raw run.
+const RAW_PIPELINED_CALLS: u64 = 500_000;
+/// The rate the generator is measured at.
+const GEN_RATE: f64 = 2_000.0;
+/// The generator's sale has this many times the step's seats: nothing
+/// sells out, every booking is admitted.
+const CAP_FACTOR: u32 = 100;
+/// wrk's run.
+const WRK_SECS: u64 = 8;
+/// wrk's connections.
+const WRK_CONNECTIONS: u32 = 64;
+/// Candidates loaded for wrk (more than it can post in its run).
+const WRK_CANDIDATES: usize = 150_000;
+
+/// Processes this run started and has not reaped: Ctrl-C kills them.
+type Started = Arc<Mutex<Vec<u32>>>;
+
+/// A child killed (and reaped) when dropped.
+struct Guard {
+    child: Child,
+    started: Started,
+}
+
+impl Guard {
+    fn spawn(cmd: &mut Command, started: &Started) -> anyhow::Result<Guard> {
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+        started.lock().push(child.id());
+        Ok(Guard {
+            child,
+            started: started.clone(),
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `max`; past it, SIGINT, then SIGKILL 10 s later.
+    fn wait_for(&mut self, max: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if started.elapsed() > max {
+                let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+                let stopping = Instant::now();
+                while stopping.elapsed() < Duration::from_secs(10) {
+                    if self.child.try_wait()?.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("{:?} ran past its bound of {max:?}: stopped", self.pid());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let pid = self.child.id();
+        self.started.lock().retain(|p| *p != pid);
+    }
+}
+
+/// Runs `cmd` to its end (at most `max`), its stdout captured, its stderr
+/// into `log`.
+fn output(
+    cmd: &mut Command,
+    max: Duration,
+    log: &Path,
+    started: &Started,
+) -> anyhow::Result<String> {
+    let err = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
+    let mut g = Guard::spawn(cmd, started)?;
+    let mut out = g.child.stdout.take().context("stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let status = g.wait_for(max);
+    let text = reader.join().unwrap_or_default();
+    let status = status?;
+    if !status.success() {
+        bail!(
+            "{:?} exited with {status}; stderr in {}; stdout:\n{text}",
+            cmd.get_program(),
+            log.display()
+        );
+    }
+    Ok(text)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The first number after `after` in `text`.
+fn number_after(text: &str, after: &str) -> Option<f64> {
+    let rest = &text[text.find(after)? + after.len()..];
+    let rest = rest.trim_start();
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+        .unwrap_or(rest.len());
+    rest[..end].replace(',', "").parse().ok()
+}
+
+/// The line of `text` starting with `prefix`.
+fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    text.lines().find(|l| l.trim_start().starts_with(prefix))
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .context("redis-cli (scripts/setup installs redis-server and its tools)")?;
+    if !out.status.success() {
+        bail!(
+            "redis-cli {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A private `redis-server` on a free port.
+fn redis_server(started: &Started) -> anyhow::Result<(Guard, u16)> {
+    let port = free_port();
+    let g = Guard::spawn(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        started,
+    )?;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if redis_cli(port, &["PING"]).is_ok_and(|p| p == "PONG") {
+            return Ok((g, port));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("redis-server on port {port} did not answer")
+}
+
+/// One raw run's figures.
+#[derive(Debug, Clone, Default)]
+struct Raw {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    usec_per_call: f64,
+    admitted: u64,
+    calls: u64,
+}
+
+const KEYS: [&str; 8] = [
+    "{b}:open",
+    "{b}:levels",
+    "{b}:counts",
+    "{b}:eligible",
+    "{b}:holds",
+    "{b}:paid",
+    "{b}:pending",
+    "{b}:held",
+];
+
+fn raw_evalsha(started: &Started, dir: &Path) -> anyhow::Result<(Raw, Raw)> {
+    let (_redis, port) = redis_server(started)?;
+    let sha = redis_cli(port, &["SCRIPT", "LOAD", ADMIT_LUA])?;
+    redis_cli(port, &["SET", KEYS[0], "1"])?;
+    redis_cli(port, &["HSET", KEYS[1], "a", "1000000000"])?;
+    let fill = "for i = 0, tonumber(ARGV[1]) - 1 do redis.call('SADD', KEYS[1], string.format('c%012d', i)) end return redis.call('SCARD', KEYS[1])";
+    let n = redis_cli(port, &["EVAL", fill, "1", KEYS[3], &KEYSPACE.to_string()])?;
+    if n != KEYSPACE.to_string() {
+        bail!("loaded {n} eligible candidates, not {KEYSPACE}");
+    }
+    let run = |calls: u64, pipeline: u32| -> anyhow::Result<Raw> {
+        redis_cli(port, &["DEL", KEYS[2], KEYS[4], KEYS[6]])?;
+        redis_cli(port, &["CONFIG", "RESETSTAT"])?;
+        let keys: Vec<String> = KEYS.iter().map(|k| (*k).to_owned()).collect();
+        let mut cmd = Command::new("redis-benchmark");
+        cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args([
+                "-n",
+                &calls.to_string(),
+                "-c",
+                "50",
+                "-P",
+                &pipeline.to_string(),
+            ])
+            .args(["-r", &KEYSPACE.to_string(), "--csv"])
+            .args(["EVALSHA", &sha, "8"])
+            .args(&keys)
+            .args(["c__rand_int__", "a", "tok", "1700000000000"]);
+        let text = output(
+            &mut cmd,
+            Duration::from_secs(120),
+            &dir.join(format!("redis-benchmark-P{pipeline}.log")),
+            started,
+        )?;
+        // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+        let row = text
+            .lines()
+            .rfind(|l| l.starts_with("\"EVALSHA"))
+            .with_context(|| format!("no EVALSHA row in redis-benchmark's output:\n{text}"))?;
+        let fields: Vec<f64> = row
+            .split("\",\"")
+            .skip(1)
+            .map(|f| f.trim_matches('"').parse().unwrap_or(f64::NAN))
+            .collect();
+        let stats = redis_cli(port, &["INFO", "commandstats"])?;
+        let evalsha = line(&stats, "cmdstat_evalsha:").unwrap_or("");
+        if number_after(evalsha, "failed_calls=").unwrap_or(0.0) > 0.0 {
+            bail!("EVALSHA calls failed: {evalsha}");
+        }
+        let admitted: u64 = redis_cli(port, &["HLEN", KEYS[4]])?.parse().unwrap_or(0);
+        Ok(Raw {
+            rps: fields.first().copied().unwrap_or(f64::NAN),
+            p50_ms: fields.get(3).copied().unwrap_or(f64::NAN),
+            p99_ms: fields.get(5).copied().unwrap_or(f64::NAN),
+            usec_per_call: number_after(evalsha, "usec_per_call=").unwrap_or(f64::NAN),
+            admitted,
+            calls: number_after(evalsha, "calls=").unwrap_or(0.0) as u64,
+        })
+    };
+    let plain = run(RAW_CALLS, 1)?;
+    let pipelined = run(RAW_PIPELINED_CALLS, 16)?;
+    Ok((plain, pipelined))
+}
+
+/// The ledger example's figures: admits/s, p99 µs.
+fn ledger_admission(bin: &Path, started: &Started, dir: &Path) -> anyhow::Result<(f64, f64)> {
+    let text = output(
+        &mut Command::new(bin),
+        Duration::from_secs(180),
+        &dir.join("admission_rate.log"),
+        started,
+    )?;
+    let l = line(&text, "admission script:").with_context(|| format!("no figures in:\n{text}"))?;
+    let rate = number_after(l, "s = ").context("admits/s")?;
+    let p99 = number_after(l, "p99").context("p99")?;
+    Ok((rate, p99))
+}
+
+/// `bookings_rate`'s figures on one stack.
+#[derive(Debug, Clone, Default)]
+struct Bookings {
+    closed_rate: f64,
+    closed_p99_ms: f64,
+    paced_p99_ms: f64,
+    paced_not_created: f64,
+    paced_late: f64,
+    per_system_cpu_s: f64,
+}
+
+fn bookings_rate(
+    bin: &Path,
+    stack: &str,
+    started: &Started,
+    dir: &Path,
+) -> anyhow::Result<Bookings> {
+    let text = output(
+        Command::new(bin).env("BENCH_STACK", stack),
+        Duration::from_secs(300),
+        &dir.join(format!("bookings_rate-{stack}.log")),
+        started,
+    )?;
+    let find =
+        |prefix: &str| line(&text, prefix).with_context(|| format!("no {prefix:?} in:\n{text}"));
+    let closed = find("closed loop (")?;
+    let closed_rate = number_after(closed, "not created,").context("closed-loop rate")?;
+    let closed_p99_ms = number_after(find("closed loop latency")?, "p99=").context("p99")?;
+    let paced = find("paced (")?;
+    let paced_not_created = number_after(paced, "created,").unwrap_or(f64::NAN);
+    let paced_late = number_after(paced, "not created,").unwrap_or(f64::NAN);
+    let paced_p99_ms = number_after(find("paced latency")?, "p99=").context("paced p99")?;
+    let per_system_cpu_s = number_after(find("closed loop: ")?, "closed loop:").unwrap_or(f64::NAN);
+    Ok(Bookings {
+        closed_rate,
+        closed_p99_ms,
+        paced_p99_ms,
+        paced_not_created,
+        paced_late,
+        per_system_cpu_s,
+    })
+}
+
+fn run_capacity(
+    bin: &Path,
+    minutes: f64,
+    started: &Started,
+    dir: &Path,
+) -> anyhow::Result<CapacityReport> {
+    let out = dir.join("capacity");
+    let minutes = minutes.to_string();
+    let mut cmd = Command::new(bin);
+    cmd.args(["capacity", "--stack", "embedded", "--stack", "redis"])
+        .args([
+            "--start",
+            "1000",
+            "--factor",
+            "2",
+            "--max-rate",
+            "16000",
+            "--bisect",
+            "2",
+        ])
+        .args(["--step-secs", "8", "--max-minutes", &minutes])
+        .arg("--out")
+        .arg(&out);
+    let text = output(
+        &mut cmd,
+        Duration::from_secs_f64(2.0 * 60.0 * minutes.parse::<f64>().unwrap_or(6.0) + 600.0),
+        &dir.join("capacity.log"),
+        started,
+    )?;
+    let path = line(&text, "written:")
+        .and_then(|l| l.strip_prefix("written:"))
+        .map(|p| PathBuf::from(p.trim()))
+        .with_context(|| format!("no capacity.json in:\n{text}"))?;
+    eprint!(
+        "{}",
+        text.lines()
+            .filter(|l| !l.starts_with("written:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    eprintln!();
+    let json =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(serde_json::from_str(&json)?)
+}
+
+/// The generator measured against one `booking serve` process.
+#[derive(Debug, Clone, Default)]
+struct Generator {
+    achieved_rate: f64,
+    booking_p99_ms: f64,
+    passed: bool,
+    rush_s: f64,
+    generator_s: f64,
+    booking_s: f64,
+    redis_s: f64,
+    mock_s: f64,
+    load_requests: u64,
+    load_generator_s: f64,
+    wrk: Option<Wrk>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Wrk {
+    requests: f64,
+    rps: f64,
+    non_2xx: f64,
+    cpu_s: f64,
+}
+
+/// Ticks of the children this process has waited for (`cutime + cstime`).
+fn waited_children_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, r)| r.split_whitespace().collect());
+    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    field(13) + field(14)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn generator_against(
+    stack: StackKind,
+    with_wrk: bool,
+    bins: &Bins,
+    runtime: &tokio::runtime::Runtime,
+    sampler: &Sampler,
+    started: &Started,
+    dir: &Path,
+) -> anyhow::Result<Generator> {
+    let name = match stack {
+        StackKind::Redis => "redis",
+        _ => "embedded",
+    };
+    let dir = dir.join(format!("generator-{name}"));
+    std::fs::create_dir_all(&dir)?;
+    let base = Profile::load(Some("default"), &["webhooks=\"never\"".to_owned()])?;
+    let plan = Plan {
+        ladder: vec![GEN_RATE],
+        bisections: 0,
+        resolution: 0.0,
+        min_rate: GEN_RATE,
+        max_steps: 1,
+        budget_s: 600.0,
+        rush_secs: 8.0,
+        late_secs: 2.0,
+        time_scale: Some(0.01),
+    };
+    let mut profile = capacity::step_profile(&base, &plan, GEN_RATE, stack, &dir)?;
+    // seats for every arrival and for wrk's run: each request takes the
+    // whole path (admission, payment, hold), for the generator and wrk alike
+    for l in &mut profile.levels {
+        l.cap = l.cap.saturating_mul(CAP_FACTOR);
+    }
+    let sale = booking::SaleId::parse(&profile.sale)?;
+    let mock = runtime.block_on(mock_gateway::start_local(
+        mock_gateway::Config {
+            seed: profile.seed,
+            signature_version: 2,
+            ..mock_gateway::Config::default()
+        },
+        mock_gateway::ScriptSpec::default(),
+    ))?;
+    let topic = mock_gateway::Config::default().topic_arn;
+    let (redis_url, _redis) = match stack {
+        StackKind::Redis => {
+            let (url, process) = ensure_redis(&format!("redis://127.0.0.1:{}", free_port()))?;
+            (url, process)
+        }
+        _ => (profile.stack.redis_url.clone(), None),
+    };
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let token = format!(
+        "{:016x}{:016x}",
+        rand::random::<u64>(),
+        rand::random::<u64>()
+    );
+    let mut config = rehearsal_config(&profile, &sale, stack, redis_url, &mock, topic);
+    config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    config.public_url = url.clone();
+    config.admin_token = Some(token.clone());
+    config.validate()?;
+    let config_path = dir.join("booking.toml");
+    std::fs::write(&config_path, toml::to_string(&config)?)?;
+    let log = std::fs::File::create(dir.join("booking.log"))?;
+    let _booking = Guard::spawn(
+        Command::new(&bins.booking)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log),
+        started,
+    )?;
+    let http = reqwest::Client::new();
+    let t = Instant::now();
+    loop {
+        let healthy = runtime.block_on(async {
+            http.get(format!("{url}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        });
+        if healthy {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "booking serve did not answer /healthz in 60 s (log in {})",
+                dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let profile_path = dir.join("profile.toml");
+    std::fs::write(&profile_path, toml::to_string(&profile)?)?;
+    let out = output(
+        Command::new(&bins.scenarios)
+            .args(["rehearse", "--quiet", "--profile"])
+            .arg(&profile_path)
+            .args(["--target", &url, "--target-gateway", &mock.url])
+            .args(["--set", &format!("target_admin_token={token:?}")])
+            .arg("--out")
+            .arg(dir.join("runs")),
+        Duration::from_secs(600),
+        &dir.join("rehearse.log"),
+        started,
+    );
+    // a failed verdict exits 1: the report is still there
+    if let Err(e) = &out
+        && !e.to_string().contains("exit status: 1")
+    {
+        bail!("the generator's rehearsal: {e:#}");
+    }
+    std::thread::sleep(cpu::SAMPLE_EVERY * 2);
+    let report_path = std::fs::read_dir(dir.join("runs"))?
+        .flatten()
+        .map(|e| e.path().join("report.json"))
+        .find(|p| p.is_file())
+        .context("no report.json of the generator's rehearsal")?;
+    let report: reports::Report = serde_json::from_str(&std::fs::read_to_string(&report_path)?)?;
+    let (from, to) = capacity::rush_window(&report).context("no rush in the report")?;
+    let samples = sampler.samples();
+    let rush = cpu::window(&samples, from, to);
+    let load_end = report
+        .phases
+        .iter()
+        .find(|p| p.name == "late")
+        .map(|p| p.end_ms)
+        .unwrap_or(0);
+    let load_to = chrono::DateTime::parse_from_rfc3339(&report.started_at)?
+        .with_timezone(&chrono::Utc)
+        + chrono::Duration::milliseconds(load_end as i64);
+    let load = cpu::window(&samples, from, load_to.max(to));
+    let booking = report
+        .load
+        .transactions
+        .iter()
+        .find(|t| t.name == "booking");
+    let mut g = Generator {
+        achieved_rate: report.load.achieved_rate,
+        booking_p99_ms: booking.map_or(f64::NAN, |b| b.p99_ms),
+        passed: report.passed,
+        rush_s: rush.wall_s,
+        generator_s: rush.children_named("scenarios").0,
+        booking_s: rush.children_named("booking").0,
+        redis_s: rush.children_named("redis-server").0,
+        mock_s: rush.this_process_s,
+        load_requests: report.load.requests,
+        load_generator_s: load.children_named("scenarios").0,
+        wrk: None,
+    };
+    if with_wrk {
+        g.wrk = Some(wrk(
+            &url, &token, &mock.url, &profile, runtime, started, &dir,
+        )?);
+    }
+    runtime.block_on(mock.stop());
+    Ok(g)
+}
+
+/// wrk on the same instance's `POST /bookings`: reset, eligible `wrk-<n>`
+/// candidates, open, then wrk closed loop; its CPU from this process's
+/// waited-children times.
+fn wrk(
+    url: &str,
+    token: &str,
+    gateway: &str,
+    profile: &Profile,
+    runtime: &tokio::runtime::Runtime,
+    started: &Started,
+    dir: &Path,
+) -> anyhow::Result<Wrk> {
+    let level = profile
+        .levels
+        .iter()
+        .max_by_key(|l| l.cap)
+        .map(|l| l.level.to_string())
+        .context("no level")?;
+    let mut target = profile.clone();
+    target.target = Some(url.to_owned());
+    target.target_gateway = Some(gateway.to_owned());
+    target.target_admin_token = Some(token.to_owned());
+    runtime.block_on(async {
+        let fleet = Fleet::start(&target).await?;
+        fleet.reset().await?;
+        let list: Vec<String> = (0..WRK_CANDIDATES).map(|i| format!("wrk-{i}")).collect();
+        fleet.load_candidates(&list).await?;
+        fleet.open().await?;
+        fleet.stop().await;
+        anyhow::Ok(())
+    })?;
+    let script = dir.join("post_booking.lua");
+    std::fs::write(
+        &script,
+        format!(
+            "-- POST /bookings, a new candidate each request (one thread)\n\
+             local n = 0\n\
+             request = function()\n  n = n + 1\n  return wrk.format(\"POST\", \"/bookings\", \
+             {{[\"Content-Type\"] = \"application/json\"}}, \
+             '{{\"candidate\":\"wrk-' .. n .. '\",\"level\":\"{level}\"}}')\nend\n"
+        ),
+    )?;
+    let before = waited_children_ticks();
+    let text = output(
+        Command::new("wrk")
+            .args([
+                "-t1",
+                &format!("-c{WRK_CONNECTIONS}"),
+                &format!("-d{WRK_SECS}s"),
+            ])
+            .arg("-s")
+            .arg(&script)
+            .arg(url),
+        Duration::from_secs(WRK_SECS + 60),
+        &dir.join("wrk.log"),
+        started,
+    )
+    .context("wrk (scripts/setup installs it)")?;
+    let cpu_s = waited_children_ticks().saturating_sub(before) as f64 / cpu::TICKS_PER_S;
+    std::fs::write(dir.join("wrk.out"), &text)?;
+    Ok(Wrk {
+        requests: text
+            .lines()
+            .find(|l| l.contains("requests in"))
+            .and_then(|l| number_after(l, ""))
+            .unwrap_or(f64::NAN),
+        rps: line(&text, "Requests/sec:")
+            .and_then(|l| number_after(l, "Requests/sec:"))
+            .unwrap_or(f64::NAN),
+        non_2xx: line(&text, "Non-2xx")
+            .and_then(|l| number_after(l, "responses:"))
+            .unwrap_or(0.0),
+        cpu_s,
+    })
+}
+
+/// The release binaries this run starts.
+struct Bins {
+    booking: PathBuf,
+    scenarios: PathBuf,
+    admission_rate: PathBuf,
+    bookings_rate: PathBuf,
+}
+
+impl Bins {
+    fn find() -> anyhow::Result<Bins> {
+        let exe = std::env::current_exe()?;
+        let examples = exe.parent().context("no folder")?.to_owned();
+        let target = examples.parent().context("no target folder")?.to_owned();
+        let b = Bins {
+            booking: target.join("booking"),
+            scenarios: target.join("scenarios"),
+            admission_rate: examples.join("admission_rate"),
+            bookings_rate: examples.join("bookings_rate"),
+        };
+        for p in [
+            &b.booking,
+            &b.scenarios,
+            &b.admission_rate,
+            &b.bookings_rate,
+        ] {
+            if !p.is_file() {
+                bail!(
+                    "{} is missing: `just bench` builds it (cargo build --release -p booking-server \
+                     --bin booking -p scenarios --bin scenarios --example bench_table -p booking-redis \
+                     --example admission_rate -p booking-api --example bookings_rate)",
+                    p.display()
+                );
+            }
+        }
+        Ok(b)
+    }
+}
+
+/// A figure, or the error that stopped its part.
+type Part<T> = Result<T, String>;
+
+fn part<T>(name: &str, f: impl FnOnce() -> anyhow::Result<T>) -> Part<T> {
+    let t = Instant::now();
+    eprintln!("bench: {name} …");
+    let r = f().map_err(|e| format!("{e:#}"));
+    match &r {
+        Ok(_) => eprintln!("bench: {name} done in {:.0} s", t.elapsed().as_secs_f64()),
+        Err(e) => eprintln!("bench: {name} failed: {e}"),
+    }
+    r
+}
+
+fn thousands(x: f64) -> String {
+    if !x.is_finite() {
+        return "?".into();
+    }
+    let n = x.round() as i64;
+    let s = n.abs().to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+struct Table(Vec<[String; 3]>);
+
+impl Table {
+    fn row(
+        &mut self,
+        what: impl Into<String>,
+        figure: impl Into<String>,
+        ratio: impl Into<String>,
+    ) {
+        self.0.push([what.into(), figure.into(), ratio.into()]);
+    }
+    fn failed(&mut self, what: &str, e: &str) {
+        let first = e.lines().next().unwrap_or(e);
+        self.row(what, format!("not measured: {first}"), "");
+    }
+    fn print(&self) {
+        println!("| measurement | figure | ratio |");
+        println!("|---|---|---|");
+        for [a, b, c] in &self.0 {
+            println!("| {a} | {b} | {c} |");
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let skip_capacity = args.iter().any(|a| a == "--skip-capacity");
+    let capacity_minutes: f64 = args
+        .iter()
+        .position(|a| a == "--capacity-minutes")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(5.0);
+    let bins = Bins::find()?;
+    let dir = std::env::temp_dir().join(format!("sellout-bench-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir)?;
+    let started: Started = Arc::new(Mutex::new(Vec::new()));
+    {
+        let started = started.clone();
+        ctrlc::set_handler(move || {
+            // every child: SIGINT (a `scenarios` child then stops its own),
+            // 10 s to go, then SIGKILL
+            let signal = |s| {
+                let mut pids = cpu::children();
+                pids.extend(started.lock().iter().copied());
+                for pid in pids {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), s);
+                }
+            };
+            signal(nix::sys::signal::Signal::SIGINT);
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(10)
+                && cpu::children().iter().any(|p| cpu::stat_of(*p).is_some())
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            signal(nix::sys::signal::Signal::SIGKILL);
+            eprintln!("bench: interrupted; every process it started is stopped");
+            std::process::exit(130);
+        })?;
+    }
+    let t0 = Instant::now();
+    let load_before = capacity::loadavg();
+    let sampler = Sampler::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    eprintln!("bench: logs and run folders in {}", dir.display());
+
+    let raw = part("raw EVALSHA by redis-benchmark", || {
+        raw_evalsha(&started, &dir)
+    });
+    let ledger = part("the admission script through the ledger", || {
+        ledger_admission(&bins.admission_rate, &started, &dir)
+    });
+    let embedded = part("POST /bookings, embedded", || {
+        bookings_rate(&bins.bookings_rate, "embedded", &started, &dir)
+    });
+    let redis = part("POST /bookings, Redis", || {
+        bookings_rate(&bins.bookings_rate, "redis", &started, &dir)
+    });
+    let gen_embedded = part("the generator against booking serve, embedded", || {
+        generator_against(
+            StackKind::Embedded,
+            true,
+            &bins,
+            &runtime,
+            &sampler,
+            &started,
+            &dir,
+        )
+    });
+    let gen_redis = part("the generator against booking serve, Redis", || {
+        generator_against(
+            StackKind::Redis,
+            false,
+            &bins,
+            &runtime,
+            &sampler,
+            &started,
+            &dir,
+        )
+    });
+    let cap = if skip_capacity {
+        Err("skipped (--skip-capacity)".to_owned())
+    } else {
+        part("scenarios capacity", || {
+            run_capacity(&bins.scenarios, capacity_minutes, &started, &dir)
+        })
+    };
+    drop(sampler);
+
+    let mut t = Table(Vec::new());
+    let raw_rps = raw.as_ref().map(|(p, _)| p.rps).unwrap_or(f64::NAN);
+    let of_raw = |x: f64| {
+        if raw_rps.is_finite() && raw_rps > 0.0 {
+            format!("{:.1} % of raw EVALSHA", 100.0 * x / raw_rps)
+        } else {
+            String::new()
+        }
+    };
+    match &raw {
+        Ok((p, pp)) => {
+            t.row(
+                "raw `EVALSHA` admit.lua, `redis-benchmark -c 50`",
+                format!(
+                    "{}/s, p50 {:.2} ms, p99 {:.2} ms; {:.1} µs of server time per call; {:.0} % admitted",
+                    thousands(p.rps),
+                    p.p50_ms,
+                    p.p99_ms,
+                    p.usec_per_call,
+                    100.0 * p.admitted as f64 / p.calls.max(1) as f64
+                ),
+                "100 % (the reference)",
+            );
+            t.row(
+                "same, pipelined `-P 16`",
+                format!(
+                    "{}/s, p99 {:.2} ms; {:.1} µs per call; {:.0} % admitted",
+                    thousands(pp.rps),
+                    pp.p99_ms,
+                    pp.usec_per_call,
+                    100.0 * pp.admitted as f64 / pp.calls.max(1) as f64
+                ),
+                format!("{:.1} × raw", pp.rps / p.rps),
+            );
+        }
+        Err(e) => t.failed("raw `EVALSHA` (redis-benchmark)", e),
+    }
+    match &ledger {
+        Ok((rate, p99)) => t.row(
+            "admission script through the ledger (`admission_rate`, 64 tasks)",
+            format!("{}/s, p99 {} µs", thousands(*rate), thousands(*p99)),
+            of_raw(*rate),
+        ),
+        Err(e) => t.failed("admission script through the ledger", e),
+    }
+    for (name, b) in [("embedded", &embedded), ("Redis", &redis)] {
+        match b {
+            Ok(b) => {
+                t.row(
+                    format!("`POST /bookings` closed loop, 64 clients, {name}"),
+                    format!(
+                        "{}/s, p99 {:.1} ms; {} bookings per system CPU-second",
+                        thousands(b.closed_rate),
+                        b.closed_p99_ms,
+                        thousands(b.per_system_cpu_s)
+                    ),
+                    if name == "Redis" {
+                        format!("{} (target ≥ 20 %)", of_raw(b.closed_rate))
+                    } else {
+                        of_raw(b.closed_rate)
+                    },
+                );
+                t.row(
+                    format!("`POST /bookings` paced 2,000/s, {name}"),
+                    format!(
+                        "p99 {:.1} ms ({} not created, {} sent > 5 ms late)",
+                        b.paced_p99_ms,
+                        thousands(b.paced_not_created),
+                        thousands(b.paced_late)
+                    ),
+                    "",
+                );
+            }
+            Err(e) => t.failed(&format!("`POST /bookings`, {name}"), e),
+        }
+    }
+    match &cap {
+        Ok(c) => {
+            for s in &c.stacks {
+                let closed = match s.stack.as_str() {
+                    "embedded" => embedded.as_ref().ok().map(|b| b.closed_rate),
+                    _ => redis.as_ref().ok().map(|b| b.closed_rate),
+                };
+                let figure = match (s.highest_held, s.highest_held_p99_ms) {
+                    (Some(r), Some(p)) => format!(
+                        "{}/s held, booking p99 {p:.1} ms; above it ({}/s) broke: {}",
+                        thousands(r),
+                        s.broke_at.map_or("-".to_owned(), thousands),
+                        if s.broke.is_empty() {
+                            s.stop.describe().to_owned()
+                        } else {
+                            s.broke
+                                .iter()
+                                .map(capacity::Broken::describe)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    ),
+                    _ => format!("no rate held ({})", s.stop.describe()),
+                };
+                let ratio = match (s.highest_held, closed) {
+                    (Some(r), Some(c)) if c > 0.0 => format!("{:.2} × closed loop", r / c),
+                    _ => String::new(),
+                };
+                t.row(
+                    format!("capacity, {} (`scenarios capacity`)", s.stack),
+                    figure,
+                    ratio,
+                );
+            }
+        }
+        Err(e) => t.failed("capacity (`scenarios capacity`)", e),
+    }
+    for (name, g) in [("embedded", &gen_embedded), ("Redis", &gen_redis)] {
+        match g {
+            Ok(g) => {
+                let system = g.booking_s + g.redis_s;
+                // CPU ms per 1,000 requests = CPU µs per request
+                let per_k = 1e6 * g.load_generator_s / g.load_requests.max(1) as f64;
+                t.row(
+                    format!("generator vs system at 2,000 bookings/s, {name} (`rehearse --target`, {:.1} s rush)", g.rush_s),
+                    format!(
+                        "achieved {}/s, p99 {:.1} ms{}; CPU s: generator {:.2}, booking {:.2}{}, mock gateway {:.2}; generator {:.1} ms CPU per 1,000 requests ({} requests)",
+                        thousands(g.achieved_rate),
+                        g.booking_p99_ms,
+                        if g.passed { "" } else { " (a verdict broke)" },
+                        g.generator_s,
+                        g.booking_s,
+                        if name == "Redis" { format!(", redis-server {:.2}", g.redis_s) } else { String::new() },
+                        g.mock_s,
+                        per_k,
+                        thousands(g.load_requests as f64)
+                    ),
+                    format!("generator / system = {:.2} (target < 0.25)", g.generator_s / system.max(1e-9)),
+                );
+                if let Some(w) = &g.wrk {
+                    let wrk_per_k = 1e6 * w.cpu_s / w.requests.max(1.0);
+                    t.row(
+                        format!("`wrk -t1 -c{WRK_CONNECTIONS}` closed loop, same `POST /bookings`, {name}"),
+                        format!(
+                            "{}/s, {} requests ({} not 2xx), {:.2} CPU s: {:.1} ms per 1,000 requests",
+                            thousands(w.rps),
+                            thousands(w.requests),
+                            thousands(w.non_2xx),
+                            w.cpu_s,
+                            wrk_per_k
+                        ),
+                        format!("generator / wrk = {:.1} × per request", per_k / wrk_per_k.max(1e-9)),
+                    );
+                }
+            }
+            Err(e) => t.failed(&format!("generator vs system, {name}"), e),
+        }
+    }
+    println!(
+        "sellout bench: {} cores, release build, load average {load_before} before, {} after, {:.0} s",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        capacity::loadavg(),
+        t0.elapsed().as_secs_f64()
+    );
+    println!();
+    t.print();
+    eprintln!("bench: logs and run folders in {}", dir.display());
+    if !started.lock().is_empty() {
+        bail!("processes left: {:?}", started.lock());
+    }
+    Ok(())
+}
