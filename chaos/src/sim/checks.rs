@@ -306,6 +306,7 @@ mod tests {
                         cap: 2,
                         count: taken,
                     }],
+                    paid: 0,
                 },
                 at,
             )

@@ -78,6 +78,7 @@ fn document(open: bool, count: u32, at: u64) -> StatusDocument {
                 cap: 3,
                 count,
             }],
+            paid: 0,
         },
         at,
     )

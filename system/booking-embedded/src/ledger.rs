@@ -366,7 +366,8 @@ mod tests {
             l.counters(&s).await.unwrap(),
             Counters {
                 open: false,
-                levels: vec![]
+                levels: vec![],
+                paid: 0,
             }
         );
         assert_eq!(

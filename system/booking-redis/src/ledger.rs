@@ -444,7 +444,7 @@ impl Ledger for RedisLedger {
     async fn counters(&self, sale: &SaleId) -> Result<Counters, LedgerError> {
         let call = self.call(&self.scripts.counters, sale);
         let answer = array(self.run(&call).await?)?;
-        let [open, figures] = <[Value; 2]>::try_from(answer)
+        let [open, figures, paid] = <[Value; 3]>::try_from(answer)
             .map_err(|v| LedgerError::Corrupt(format!("unexpected counters answer {v:?}")))?;
         let open = count(open)? == 1;
         let figures = array(figures)?;
@@ -470,7 +470,11 @@ impl Ledger for RedisLedger {
         }
         // in level order, as the model's map
         levels.sort_by(|a, b| a.level.cmp(&b.level));
-        Ok(Counters { open, levels })
+        Ok(Counters {
+            open,
+            levels,
+            paid: count(paid)?,
+        })
     }
 }
 

@@ -394,7 +394,8 @@ async fn an_unknown_sale_is_closed_and_refuses_every_step(l: &dyn Ledger) {
         l.counters(&s).await.unwrap(),
         Counters {
             open: false,
-            levels: vec![]
+            levels: vec![],
+            paid: 0,
         }
     );
     assert_eq!(
@@ -490,7 +491,8 @@ async fn reset_forgets_and_levels_come_in_order(l: &dyn Ledger) {
         l.counters(&s).await.unwrap(),
         Counters {
             open: false,
-            levels: vec![]
+            levels: vec![],
+            paid: 0,
         }
     );
 }

@@ -6,7 +6,8 @@
 //! | POST | `/ops/reset` | none | [`ResetReport`](crate::ops::ResetReport) |
 //! | POST | `/ops/load-candidates` | JSON list of strings, or text, one per line | [`LoadReport`](crate::ops::LoadReport) |
 //! | POST | `/ops/open`, `/ops/close` | none | [`StatusReport`](crate::ops::StatusReport) |
-//! | GET | `/ops/status` | | [`StatusReport`](crate::ops::StatusReport) |
+//! | GET | `/ops/status` | | [`StatusReport`](crate::ops::StatusReport) (reads every record: an operator's look, not a poll) |
+//! | GET | `/ops/counters` | | the ledger's [`Counters`](booking::ledger::Counters) (open, per-level counts, paid), one O(levels) read: what a live view polls |
 //! | GET | `/ops/audit[?gateway=URL]` | | [`AuditReport`](crate::ops::AuditReport); with `gateway`, its `/__mock/ledger` is fetched for the ground-truth checks |
 //!
 //! With `admin_token` configured every route needs `Authorization: Bearer
@@ -42,6 +43,7 @@ pub fn routes(server: Arc<Server>) -> Router {
         .route("/ops/open", post(open))
         .route("/ops/close", post(close))
         .route("/ops/status", get(status))
+        .route("/ops/counters", get(counters))
         .route("/ops/audit", get(audit))
         .with_state(server)
 }
@@ -129,6 +131,20 @@ async fn status(State(server): State<Arc<Server>>, headers: HeaderMap) -> Respon
         return r;
     }
     answer(ops::status(&server).await)
+}
+
+async fn counters(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&server, &headers) {
+        return r;
+    }
+    let stack = &server.stack;
+    answer(
+        stack
+            .ledger
+            .counters(&stack.sale)
+            .await
+            .map_err(ops::OpsError::from),
+    )
 }
 
 /// `/ops/audit` query.

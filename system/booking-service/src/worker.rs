@@ -25,8 +25,9 @@
 //! record it would leave has no ledger hold, and the reconciler's next sweep
 //! releases it again (a no-op) and deletes it.
 //!
-//! A poller handles its batch (up to ten messages) one message after
-//! another, and every message of the batch became invisible for the
+//! A poller handles its batch (up to ten messages) one FIFO group at a time
+//! per group, the groups at once ([`by_group`]), and every message of the
+//! batch became invisible for the
 //! visibility timeout when the batch was received. A slow batch (a loaded
 //! store, a rehearsal's scaled 0.6 s timeout) would outlive it: the rest of
 //! the batch reappears, another poller receives it (which invalidates this
@@ -36,7 +37,7 @@
 //! [`Worker::process_batch`]): once [`VISIBILITY_HEARTBEAT_AT`] of the
 //! visibility timeout has passed since the batch was received (or last
 //! extended), it extends the visibility of every message of the batch not
-//! yet handled, the one in hand included, by one visibility timeout. A batch
+//! yet handled, the ones in hand included, by one visibility timeout. A batch
 //! handled within that time costs no extra call. An extension that fails is
 //! logged and the handling goes on (the message may be delivered again: the
 //! at-least-once path the worker already handles). An extension whose
@@ -416,14 +417,38 @@ fn bump(a: &AtomicU64) {
 /// The hold a poller keeps on the batch in hand.
 #[derive(Debug)]
 struct Lease {
-    /// When the next extension is due.
-    next_beat: Instant,
-    /// [`WorkerConfig::heartbeat_after`].
-    every: Duration,
+    /// [`WorkerConfig::heartbeat_after`]: `None`, no extensions.
+    every: Option<Duration>,
+    /// Per message of the batch: done with (handled, or lost).
+    done: Vec<AtomicBool>,
     /// Per message of the batch: an extension was refused for its receipt.
-    lost: Vec<bool>,
+    lost: Vec<AtomicBool>,
     /// Messages done with and not yet deleted.
-    done: Vec<ReceiptHandle>,
+    to_delete: std::sync::Mutex<Vec<ReceiptHandle>>,
+}
+
+impl Lease {
+    fn take_done(&self) -> std::sync::MutexGuard<'_, Vec<ReceiptHandle>> {
+        self.to_delete
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The batch's message indices by FIFO group, each group in the batch's
+/// order, the groups in the order of their first message (pure): a group's
+/// messages must be handled one after another, as FIFO delivers them;
+/// different groups need not be.
+pub fn by_group(batch: &[Received]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, r) in batch.iter().enumerate() {
+        let group = r.message.group_id.as_str();
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((group, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, members)| members).collect()
 }
 
 /// The worker.
@@ -623,107 +648,106 @@ impl Worker {
             .await
     }
 
-    /// Processes a batch received at `received_at` ([`Worker::process`]
-    /// each message, in order), keeping the messages not yet done with
-    /// invisible: whenever [`WorkerConfig::heartbeat_after`] has passed since
-    /// the receive or the last extension (checked before each message, and
-    /// on a timer while one is in hand), the visibility of every message
-    /// from the one in hand on is extended by [`WorkerConfig::visibility`].
-    /// A batch done with sooner makes no extra call.
+    /// Processes a batch received at `received_at`: the messages of one
+    /// FIFO group in order, the groups at once ([`by_group`]), each with
+    /// [`Worker::settle`]. A batch of ten messages of ten groups then costs
+    /// the round trips of one message in wall time, not of ten: handled one
+    /// after another, a poller carried a few hundred messages a second on
+    /// Redis and the queue fell seconds behind the rush (the oldest message
+    /// 1.6 s old in the article's rehearsal on Redis; 73 ms at once).
     ///
-    /// A message whose extension is refused for its receipt is not handled
-    /// ([`Outcome::Lost`]): its latest receive, elsewhere, handles it. An
-    /// extension that fails otherwise is counted as a queue error and the
-    /// message is handled anyway.
+    /// The messages not yet done with are kept invisible: whenever
+    /// [`WorkerConfig::heartbeat_after`] has passed since the receive or the
+    /// last extension, the messages done with so far are deleted and the
+    /// visibility of every other message not lost (the ones in hand
+    /// included) is extended by [`WorkerConfig::visibility`], all in batch
+    /// calls. The rest are deleted together when the batch is done. A batch
+    /// done with sooner makes no extension; an extension under way when the
+    /// batch is done is waited for.
+    ///
+    /// A message whose extension is refused for its receipt before it is
+    /// handled is not handled ([`Outcome::Lost`]): its latest receive,
+    /// elsewhere, handles it. An extension that fails otherwise is counted
+    /// as a queue error and the message is handled anyway. The outcomes come
+    /// back in the batch's order.
     pub async fn process_batch(&self, batch: &[Received], received_at: Instant) -> Vec<Outcome> {
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let Some(every) = self.config.heartbeat_after() else {
-            let mut done = Vec::with_capacity(batch.len());
-            for received in batch {
-                let outcome = self.settle(received).await;
-                if outcome.deletes_message() {
-                    done.push(received.receipt.clone());
-                }
-                outcomes.push(outcome);
-            }
-            self.delete_done(&done).await;
-            return outcomes;
+        let lease = Lease {
+            every: self.config.heartbeat_after(),
+            done: (0..batch.len()).map(|_| AtomicBool::new(false)).collect(),
+            lost: (0..batch.len()).map(|_| AtomicBool::new(false)).collect(),
+            to_delete: std::sync::Mutex::new(Vec::with_capacity(batch.len())),
         };
-        let mut lease = Lease {
-            next_beat: received_at + every,
-            every,
-            lost: vec![false; batch.len()],
-            done: Vec::with_capacity(batch.len()),
-        };
-        for (i, received) in batch.iter().enumerate() {
-            if Instant::now() >= lease.next_beat {
-                self.extend(&batch[i..], &mut lease, i).await;
-            }
-            if lease.lost[i] {
-                bump(&self.stats.received);
-                self.stats.count(&Outcome::Lost);
-                tracing::info!(
-                    receive_count = received.receive_count,
-                    "receipt refused before handling: left to the message's latest receive"
-                );
-                outcomes.push(Outcome::Lost);
-                continue;
-            }
-            let outcome = self.process_holding(batch, i, &mut lease).await;
-            if outcome.deletes_message() {
-                lease.done.push(received.receipt.clone());
-            }
-            outcomes.push(outcome);
-        }
-        self.delete_done(&lease.done).await;
-        outcomes
-    }
-
-    /// [`Worker::process`] of `batch[i]`, extending the visibility of
-    /// `batch[i..]` on [`Lease`]'s timer while it runs. An extension under
-    /// way when the message is done with is waited for, not dropped.
-    async fn process_holding(&self, batch: &[Received], i: usize, lease: &mut Lease) -> Outcome {
         let finished = AtomicBool::new(false);
-        let done = Notify::new();
+        let finish = Notify::new();
         let work = async {
-            let outcome = self.settle(&batch[i]).await;
+            let groups = by_group(batch);
+            let (lease, batch) = (&lease, batch);
+            let handled = futures_util::future::join_all(groups.iter().map(|group| async move {
+                let mut outcomes = Vec::with_capacity(group.len());
+                for &i in group {
+                    let outcome = if lease.lost[i].load(Ordering::Acquire) {
+                        bump(&self.stats.received);
+                        self.stats.count(&Outcome::Lost);
+                        tracing::info!(
+                            receive_count = batch[i].receive_count,
+                            "receipt refused before handling: left to the message's latest receive"
+                        );
+                        Outcome::Lost
+                    } else {
+                        self.settle(&batch[i]).await
+                    };
+                    // done first: a heartbeat in between neither extends
+                    // it nor misses its delete (the end of the batch takes it)
+                    lease.done[i].store(true, Ordering::Release);
+                    if outcome.deletes_message() {
+                        lease.take_done().push(batch[i].receipt.clone());
+                    }
+                    outcomes.push((i, outcome));
+                }
+                outcomes
+            }))
+            .await;
             finished.store(true, Ordering::Release);
             // a permit is kept if the heartbeat is not waiting right now
-            done.notify_one();
-            outcome
+            finish.notify_one();
+            let mut outcomes: Vec<(usize, Outcome)> = handled.into_iter().flatten().collect();
+            outcomes.sort_by_key(|(i, _)| *i);
+            outcomes.into_iter().map(|(_, o)| o).collect::<Vec<_>>()
         };
         let heartbeat = async {
+            let Some(every) = lease.every else { return };
+            let mut next_beat = received_at + every;
             while !finished.load(Ordering::Acquire) {
                 tokio::select! {
                     biased;
-                    () = done.notified() => break,
-                    () = tokio::time::sleep_until(lease.next_beat) => {}
+                    () = finish.notified() => break,
+                    () = tokio::time::sleep_until(next_beat) => {}
                 }
                 if finished.load(Ordering::Acquire) {
                     break;
                 }
-                self.extend(&batch[i..], lease, i).await;
+                next_beat = Instant::now() + every;
+                self.extend(batch, &lease).await;
             }
         };
-        let (outcome, ()) = tokio::join!(work, heartbeat);
-        outcome
+        let (outcomes, ()) = tokio::join!(work, heartbeat);
+        let rest = std::mem::take(&mut *lease.take_done());
+        self.delete_done(&rest).await;
+        outcomes
     }
 
     /// One heartbeat: deletes the messages done with so far, and extends
-    /// the visibility of the messages of `rest` (`batch[first..]`) not
-    /// lost, all at once, by one visibility timeout; the next is due
-    /// [`Lease::every`] after this one began.
-    async fn extend(&self, rest: &[Received], lease: &mut Lease, first: usize) {
-        lease.next_beat = Instant::now() + lease.every;
-        let done = std::mem::take(&mut lease.done);
+    /// the visibility of every other message of `batch` not lost, all at
+    /// once, by one visibility timeout.
+    async fn extend(&self, batch: &[Received], lease: &Lease) {
+        let done = std::mem::take(&mut *lease.take_done());
         self.delete_done(&done).await;
-        let held: Vec<usize> = (first..first + rest.len())
-            .filter(|&j| !lease.lost.get(j).copied().unwrap_or(true))
+        let held: Vec<usize> = (0..batch.len())
+            .filter(|&j| {
+                !lease.done[j].load(Ordering::Acquire) && !lease.lost[j].load(Ordering::Acquire)
+            })
             .collect();
-        let receipts: Vec<ReceiptHandle> = held
-            .iter()
-            .map(|&j| rest[j - first].receipt.clone())
-            .collect();
+        let receipts: Vec<ReceiptHandle> = held.iter().map(|&j| batch[j].receipt.clone()).collect();
         let results = self
             .queue
             .change_visibility_batch(&receipts, self.config.visibility)
@@ -733,10 +757,8 @@ impl Worker {
                 Ok(()) => bump(&self.stats.visibility_extended),
                 Err(QueueError::InvalidReceipt) => {
                     // its visibility ran out (or it was deleted just now,
-                    // when it is the message in hand): not ours any more
-                    if let Some(lost) = lease.lost.get_mut(j) {
-                        *lost = true;
-                    }
+                    // when it is a message in hand): not ours any more
+                    lease.lost[j].store(true, Ordering::Release);
                     tracing::debug!("visibility not extended: receipt no longer valid");
                 }
                 Err(e) => {

@@ -108,6 +108,12 @@ pub struct Counters {
     pub open: bool,
     /// Per level, in level order.
     pub levels: Vec<LevelCount>,
+    /// Candidates marked paid (each counted in its level's `count`), read
+    /// in the same step as the counts, so `count - paid` is the seats held
+    /// or pending at that instant. What a live view needs without reading
+    /// every record.
+    #[serde(default)]
+    pub paid: u64,
 }
 
 /// A ledger failure: the backend could not answer (not a refusal).
@@ -542,6 +548,7 @@ impl Model {
                     count: *count,
                 })
                 .collect(),
+            paid: self.paid.len() as u64,
         }
     }
 

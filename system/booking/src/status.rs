@@ -582,6 +582,7 @@ mod tests {
                     count: *count,
                 })
                 .collect(),
+            paid: 0,
         }
     }
 

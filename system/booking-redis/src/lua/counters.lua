@@ -1,4 +1,5 @@
--- The figures, read in one step: {open, {level, cap, count, ...}}.
+-- The figures, read in one step: {open, {level, cap, count, ...}, paid}
+-- (paid: how many candidates are marked paid, HLEN, O(1)).
 -- Levels come in hash order; the adapter sorts them.
 local open = redis.call('GET', OPEN) == '1' and 1 or 0
 local levels = redis.call('HGETALL', LEVELS)
@@ -12,4 +13,4 @@ for i = 1, #levels, 2 do
   figures[#figures + 1] = levels[i + 1]
   figures[#figures + 1] = count
 end
-return { open, figures }
+return { open, figures, redis.call('HLEN', PAID) }
