@@ -201,9 +201,32 @@ fn redis_pings(hostport: &str) -> bool {
     stream.read_exact(&mut answer).is_ok() && &answer == b"+PONG\r\n"
 }
 
+/// The `host:port` of each node a Redis Cluster URL names
+/// (`redis+cluster://[user:pass@]host:port,host:port[/…]`); `None` for any
+/// other URL.
+pub fn redis_cluster_nodes(url: &str) -> Option<Vec<String>> {
+    let rest = url.strip_prefix("redis+cluster://")?;
+    let rest = rest.split(['/', '?']).next()?;
+    let hosts = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let nodes: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+    (!nodes.iter().any(String::is_empty)).then_some(nodes)
+}
+
 /// The Redis URL to use: `url` if a server answers there, else a private
-/// `redis-server` on a free loopback port (returned, to be kept alive).
+/// `redis-server` on a free loopback port (returned, to be kept alive). A
+/// Redis Cluster URL is used as it is if one of its nodes answers (nothing
+/// private is started for a cluster: `scripts/redis-cluster start`).
 pub fn ensure_redis(url: &str) -> Result<(String, Option<RedisProcess>), FleetError> {
+    if url.starts_with("redis+cluster://") {
+        let nodes = redis_cluster_nodes(url)
+            .ok_or_else(|| FleetError::Redis(format!("not a redis cluster URL: {url}")))?;
+        if nodes.iter().any(|n| redis_pings(n)) {
+            return Ok((url.to_owned(), None));
+        }
+        return Err(FleetError::Redis(format!(
+            "no node of the cluster {url} answers: start it (scripts/redis-cluster start)"
+        )));
+    }
     let hostport =
         redis_host_port(url).ok_or_else(|| FleetError::Redis(format!("not a redis URL: {url}")))?;
     if redis_pings(&hostport) {
@@ -942,6 +965,23 @@ mod tests {
         );
         assert_eq!(redis_host_port("http://h"), None);
         assert_eq!(redis_host_port("redis://"), None);
+    }
+
+    #[test]
+    fn cluster_urls_give_every_node_and_no_single_host() {
+        let url = "redis+cluster://u:p@127.0.0.1:7101,127.0.0.1:7102/0";
+        assert_eq!(
+            redis_cluster_nodes(url),
+            Some(vec!["127.0.0.1:7101".to_owned(), "127.0.0.1:7102".to_owned()])
+        );
+        // no link proxy in front of one node of a cluster
+        assert_eq!(redis_host_port(url), None);
+        assert_eq!(redis_cluster_nodes("redis+cluster://a:1,"), None);
+        assert_eq!(redis_cluster_nodes("redis://127.0.0.1:6379"), None);
+        assert!(matches!(
+            ensure_redis("redis+cluster://127.0.0.1:1"),
+            Err(FleetError::Redis(why)) if why.contains("scripts/redis-cluster start")
+        ));
     }
 
     #[test]
