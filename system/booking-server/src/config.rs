@@ -16,7 +16,7 @@
 //!
 //! [stack]
 //! kind = "embedded"           # or "redis", or "aws"
-//! redis_url = "redis://127.0.0.1:6379"
+//! redis_url = "redis://127.0.0.1:6379"   # or "redis+cluster://h1:6379,h2:6379" (a Redis Cluster)
 //! redis_pool_size = 300
 //! postgres_url = "host=127.0.0.1 user=postgres dbname=sellout"   # the back office (redis, aws)
 //! redis_persistence = "checked"  # or "out_of_band" where CONFIG is disabled (managed Redis)
