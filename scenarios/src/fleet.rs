@@ -972,7 +972,10 @@ mod tests {
         let url = "redis+cluster://u:p@127.0.0.1:7101,127.0.0.1:7102/0";
         assert_eq!(
             redis_cluster_nodes(url),
-            Some(vec!["127.0.0.1:7101".to_owned(), "127.0.0.1:7102".to_owned()])
+            Some(vec![
+                "127.0.0.1:7101".to_owned(),
+                "127.0.0.1:7102".to_owned()
+            ])
         );
         // no link proxy in front of one node of a cluster
         assert_eq!(redis_host_port(url), None);

@@ -134,7 +134,10 @@ async fn scripts_come_back_after_the_node_of_a_sale_flushed_them() {
         .unwrap();
     let c = CandidateHash::of("x");
     ledger.reset(&sale, &[(level("a"), 1)]).await.unwrap();
-    ledger.load_candidates(&sale, std::slice::from_ref(&c)).await.unwrap();
+    ledger
+        .load_candidates(&sale, std::slice::from_ref(&c))
+        .await
+        .unwrap();
     let owner = cluster.owner(cluster.slot(&format!("{{sale:{sale}}}")));
     command(&owner, &["SCRIPT", "FLUSH"]).unwrap();
     ledger.set_open(&sale, true).await.unwrap();

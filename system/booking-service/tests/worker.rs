@@ -758,7 +758,13 @@ fn by_group_keeps_each_groups_order_and_first_seen_group_order() {
         receive_count: 1,
         sent_ms: 0,
     };
-    let batch = [m("a", "1"), m("b", "2"), m("a", "3"), m("c", "4"), m("b", "5")];
+    let batch = [
+        m("a", "1"),
+        m("b", "2"),
+        m("a", "3"),
+        m("c", "4"),
+        m("b", "5"),
+    ];
     assert_eq!(
         booking_service::worker::by_group(&batch),
         vec![vec![0, 2], vec![1, 4], vec![3]]
