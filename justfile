@@ -17,6 +17,11 @@ rehearse-fleet *ARGS:
     cargo build --release -p booking-server --bin booking
     cargo run --release -p scenarios -- rehearse --fleet processes {{ARGS}}
 
+# The AWS stack rehearsed on this machine: aws-local (DynamoDB and its stream on dynoxide, SQS on fauxqs, S3 on moto, every call counted) and `booking serve --stack aws` processes, the `ci` profile by default; prints CPU seconds per process and AWS calls per booking. Flags after the recipe, e.g. `just rehearse-aws-local --profile ci --set load.rate=300`.
+rehearse-aws-local *ARGS:
+    cargo build --release -p booking-server --bin booking -p booking-aws-local --bin aws-local -p scenarios --bin scenarios
+    scripts/rehearse-aws-local {{ARGS}}
+
 # One sale in virtual time under a fault schedule (built-in name or TOML file), e.g. `just chaos --schedule gateway-trouble --seed 7`.
 chaos *ARGS:
     cargo run --release -p chaos -- run {{ARGS}}

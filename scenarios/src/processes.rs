@@ -609,9 +609,10 @@ impl ProcessFleet {
         profile: &Profile,
         log_dir: &Path,
     ) -> Result<(ProcessFleet, Fleet), ProcessError> {
-        if profile.fleet != FleetKind::Processes || profile.stack.kind != StackKind::Redis {
+        if profile.fleet != FleetKind::Processes || profile.stack.kind == StackKind::Embedded {
             return Err(ProcessError::Invalid(
-                "the profile must say fleet = \"processes\" and stack.kind = \"redis\"".into(),
+                "the profile must say fleet = \"processes\" and stack.kind = \"redis\" or \"aws\""
+                    .into(),
             ));
         }
         if profile.instances == 0 {
@@ -695,11 +696,20 @@ impl ProcessFleet {
         let mut base = rehearsal_config(
             profile,
             &sale,
-            StackKind::Redis,
+            profile.stack.kind,
             format!("redis://127.0.0.1:{redis_port}"),
             &mock,
             topic,
         );
+        if profile.stack.kind == StackKind::Aws {
+            // fresh resources per run, as the in-process fleet makes them;
+            // the instances reach AWS (or the local servers) through the
+            // standard configuration they inherit (AWS_ENDPOINT_URL_*, …)
+            base.stack.aws.prefix = base.key_prefix.clone();
+            booking_server::provision(&base, false)
+                .await
+                .map_err(|e| ProcessError::Invalid(format!("provisioning: {e}")))?;
+        }
         base.admin_token = Some(admin_token.clone());
         fleet.admin_token = admin_token.clone();
         fleet.mock_url = mock.url.clone();

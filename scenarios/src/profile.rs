@@ -355,9 +355,9 @@ impl Profile {
             if self.target.is_some() {
                 return bad("a process fleet is local: drop target (or the process fleet)".into());
             }
-            if self.stack.kind != StackKind::Redis {
+            if self.stack.kind == StackKind::Embedded {
                 return bad(format!(
-                    "a process fleet shares its state on Redis: stack.kind must be \"redis\", not {:?} (--stack redis)",
+                    "a process fleet shares its state on Redis (and AWS): stack.kind must be \"redis\" or \"aws\", not {:?} (--stack redis)",
                     self.stack.kind
                 ));
             }

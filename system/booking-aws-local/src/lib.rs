@@ -25,6 +25,7 @@
 //! process (dynoxide), S3 on moto, SQS on fauxqs (whose calls cost the same
 //! whatever the backlog) or, without it, on a moto of its own.
 
+pub mod counting;
 pub mod dynamo;
 pub mod fauxqs;
 pub mod moto;
@@ -53,9 +54,13 @@ pub enum SqsKind {
     Fauxqs,
     /// A moto of its own (not the one serving S3).
     Moto,
+    /// The moto that serves S3 too: one Python process for both, as it was
+    /// before each service had a server (for comparisons only).
+    SharedMoto,
 }
 
-/// The environment variable that picks the local SQS: `fauxqs` or `moto`.
+/// The environment variable that picks the local SQS: `fauxqs`, `moto` or
+/// `shared-moto`.
 pub const LOCAL_SQS_ENV: &str = "SELLOUT_LOCAL_SQS";
 
 /// The local SQS for `SELLOUT_LOCAL_SQS`'s value (pure): as named, else
@@ -64,9 +69,12 @@ pub fn sqs_kind(asked: Option<&str>, fauxqs_installed: bool) -> Result<SqsKind, 
     match asked.map(str::trim) {
         Some("fauxqs") => Ok(SqsKind::Fauxqs),
         Some("moto") => Ok(SqsKind::Moto),
+        Some("shared-moto") => Ok(SqsKind::SharedMoto),
         None | Some("") if fauxqs_installed => Ok(SqsKind::Fauxqs),
         None | Some("") => Ok(SqsKind::Moto),
-        Some(other) => Err(format!("{LOCAL_SQS_ENV}={other:?}: `fauxqs` or `moto`")),
+        Some(other) => Err(format!(
+            "{LOCAL_SQS_ENV}={other:?}: `fauxqs`, `moto` or `shared-moto`"
+        )),
     }
 }
 
@@ -86,6 +94,7 @@ impl LocalSqs {
         let asked = std::env::var(LOCAL_SQS_ENV).ok();
         match sqs_kind(asked.as_deref(), fauxqs::installed())? {
             SqsKind::Fauxqs => Ok(LocalSqs::Fauxqs(Fauxqs::shared()?)),
+            SqsKind::SharedMoto => Ok(LocalSqs::Moto(Moto::shared()?)),
             SqsKind::Moto => {
                 static SQS_MOTO: std::sync::OnceLock<Result<Moto, String>> =
                     std::sync::OnceLock::new();
@@ -206,6 +215,7 @@ mod tests {
         assert_eq!(sqs_kind(None, false), Ok(SqsKind::Moto));
         assert_eq!(sqs_kind(Some(""), false), Ok(SqsKind::Moto));
         assert_eq!(sqs_kind(Some("moto"), true), Ok(SqsKind::Moto));
+        assert_eq!(sqs_kind(Some("shared-moto"), true), Ok(SqsKind::SharedMoto));
         assert_eq!(sqs_kind(Some("fauxqs"), false), Ok(SqsKind::Fauxqs));
         assert!(sqs_kind(Some("elasticmq"), true).is_err());
     }

@@ -7,7 +7,10 @@
 //! sleep 5; . /tmp/aws-local.env
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use booking_aws_local::counting::CountingFront;
 
 use anyhow::Context;
 
@@ -21,6 +24,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let mut lag = booking_aws_local::TTL_LAG_DEFAULT;
+    let mut count_to: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -32,9 +36,12 @@ async fn main() -> anyhow::Result<()> {
                     .context("--ttl-lag-ms: a whole number of ms")?;
                 lag = Duration::from_millis(ms);
             }
+            "--count" => {
+                count_to = Some(args.next().context("--count needs a file")?.into());
+            }
             "-h" | "--help" => {
                 println!(
-                    "aws-local [--ttl-lag-ms MS]: DynamoDB+Streams (dynoxide, in process), SQS (fauxqs, else a moto of its own; SELLOUT_LOCAL_SQS=fauxqs|moto) and S3 (moto) on loopback; prints the environment to use them"
+                    "aws-local [--ttl-lag-ms MS] [--count FILE]: DynamoDB+Streams (dynoxide, in process), SQS (fauxqs, else a moto of its own; SELLOUT_LOCAL_SQS=fauxqs|moto|shared-moto) and S3 (moto) on loopback; prints the environment to use them. --count: every call counted by service and operation in fronts before the servers, written to FILE (JSON) every second and at the end"
                 );
                 return Ok(());
             }
@@ -44,7 +51,25 @@ async fn main() -> anyhow::Result<()> {
     let local = booking_aws_local::LocalAws::start_with(lag)
         .await
         .map_err(anyhow::Error::msg)?;
-    let e = local.settings().endpoints;
+    let mut e = local.settings().endpoints;
+    let calls = Arc::new(booking_aws::AwsCalls::default());
+    let mut fronts = Vec::new();
+    if count_to.is_some() {
+        for (service, endpoint) in [
+            ("DynamoDB", &mut e.dynamodb),
+            ("DynamoDB Streams", &mut e.dynamodb_streams),
+            ("SQS", &mut e.sqs),
+            ("S3", &mut e.s3),
+        ] {
+            if let Some(upstream) = endpoint.clone() {
+                let front = CountingFront::start(service, &upstream, calls.clone())
+                    .await
+                    .context("starting a counting front")?;
+                *endpoint = Some(front.url.clone());
+                fronts.push(front);
+            }
+        }
+    }
     let show = |v: Option<String>| v.unwrap_or_default();
     println!(
         "# DynamoDB and Streams: dynoxide in aws-local (pid {}); SQS: {} (pid {}); S3: moto (pid {})",
@@ -61,8 +86,27 @@ async fn main() -> anyhow::Result<()> {
     println!("export AWS_ENDPOINT_URL_SQS={}", show(e.sqs));
     println!("export AWS_ENDPOINT_URL_S3={}", show(e.s3));
     println!("export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    let write = |path: &std::path::Path| -> anyhow::Result<()> {
+        let json = serde_json::to_vec_pretty(&calls.snapshot())?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))
+    };
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("waiting for SIGTERM")?;
+    loop {
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => { r.context("waiting for Ctrl-C")?; break; }
+            _ = term.recv() => break,
+            _ = every.tick() => {
+                if let Some(path) = &count_to {
+                    write(path)?;
+                }
+            }
+        }
+    }
+    if let Some(path) = &count_to {
+        write(path)?;
+    }
+    drop(fronts);
     Ok(())
 }

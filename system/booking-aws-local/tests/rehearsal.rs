@@ -1,13 +1,15 @@
 //! A short rehearsal on the AWS stack against the local servers: the CI
 //! profile (2,000 candidates, late arrivals, holds expiring and reselling)
-//! shrunk to what the local servers carry on a busy 2-core machine (moto,
-//! in Python, takes about 50 SQS sends a second when the machine is quiet,
-//! far fewer when it is not): 180 seats, a 24 s rush at 10 bookings/s so the
+//! shrunk to what a debug build and the local servers carry on a busy
+//! 2-core machine in CI (SQS on fauxqs where installed, else on a moto of
+//! its own, which takes about 70 bookings a second in a release build; the
+//! release rehearsal at the profile's full rate is `just
+//! rehearse-aws-local`): 180 seats, a 24 s rush at 10 bookings/s so the
 //! levels still sell out and resell, with the rate, latency and queue-age
 //! bounds loosened to match; every audit invariant stays at zero
 //! on two in-process instances with
 //! the ledger on a private Redis, DynamoDB and its stream on dynoxide, SQS
-//! and S3 on moto and the back office on this machine's PostgreSQL. Every
+//! on its own server, S3 on moto and the back office on this machine's PostgreSQL. Every
 //! invariant holds, and every PAID booking is in PostgreSQL.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
