@@ -83,7 +83,7 @@ ci:
     cargo clippy --workspace --all-targets --locked -- -D warnings
     scripts/test
 
-# Benchmarks, one table from one run (release, about 15 minutes, every process it starts stopped): raw EVALSHA of the admission script by redis-benchmark (and pipelined), the script through the ledger, POST /bookings closed loop and paced on embedded and Redis, the load generator's CPU against the system's and wrk's, the capacity found. Flags: --skip-capacity, --capacity-minutes N (per stack, default 5).
+# Benchmarks, one table from one run (release, about 5 minutes, every process it starts stopped): raw EVALSHA of the admission script by redis-benchmark (and pipelined), the script through the ledger, POST /bookings closed loop and paced on embedded and Redis, the load generator's CPU against the system's and wrk's, the capacity found. Flags: --skip-capacity, --capacity-minutes N (per stack, default 5).
 bench *ARGS:
     cargo build --release -p booking-server --bin booking -p scenarios --bin scenarios --example bench_table -p booking-redis --example admission_rate -p booking-api --example bookings_rate
     target/release/examples/bench_table {{ARGS}}
