@@ -128,10 +128,10 @@ impl Plan {
         if !(self.late_secs >= 0.0 && self.late_secs.is_finite()) {
             return bad("the step's late stream must last ≥ 0 s");
         }
-        if !(self.budget_s > 0.0) {
+        if !(self.budget_s.is_finite() && self.budget_s > 0.0) {
             return bad("the time budget must be > 0");
         }
-        if !(self.resolution >= 0.0) {
+        if !(self.resolution.is_finite() && self.resolution >= 0.0) {
             return bad("the resolution must be ≥ 0");
         }
         Ok(())
@@ -142,7 +142,8 @@ impl Plan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
-    /// A step broke a verdict and the gap below it was bisected.
+    /// A step broke a verdict and the gap below it was bisected as far as
+    /// the plan allows.
     Ceiling,
     /// The ladder's top rate held: the ceiling is above it.
     NoBreak,
@@ -160,7 +161,7 @@ impl Stop {
     /// For a human.
     pub fn describe(self) -> &'static str {
         match self {
-            Stop::Ceiling => "a verdict broke; the gap below was bisected",
+            Stop::Ceiling => "a verdict broke above the highest rate held",
             Stop::NoBreak => "every rate of the ladder held: the ceiling is higher",
             Stop::NothingHeld => "even the lowest rate tried broke",
             Stop::Steps => "the step budget ran out",
