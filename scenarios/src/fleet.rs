@@ -950,6 +950,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_timelines_snapshot_holds_what_is_counted_and_not_paid() {
+        let level = |name: &str, cap, count| booking::ledger::LevelCount {
+            level: Level::parse(name).unwrap(),
+            cap,
+            count,
+        };
+        let snap = Snapshot::of_counters(Counters {
+            open: true,
+            levels: vec![level("a", 10, 7), level("b", 5, 5)],
+            paid: 9,
+        });
+        assert_eq!((snap.taken(), snap.paid, snap.held), (12, 9, 3));
+        assert_eq!(snap.seats_left().get("a"), Some(&3));
+        assert_eq!(snap.seats_left().get("b"), Some(&0));
+    }
+
+    #[test]
     fn redis_urls_give_host_and_port() {
         assert_eq!(
             redis_host_port("redis://127.0.0.1:6379").as_deref(),

@@ -237,33 +237,11 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             } else {
                 Progress::Lines
             };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the runtime")?;
-            // Ctrl-C drops the rehearsal, and with it every process and
-            // server it started. The handler is set before goose tries to set
-            // its own (which then stays unset): goose's would only stop the
-            // load, and exit on a second Ctrl-C without running destructors.
-            let (interrupt, mut interrupted) = tokio::sync::watch::channel(false);
-            ctrlc::set_handler(move || {
-                interrupt.send_replace(true);
-            })
-            .context("setting the Ctrl-C handler")?;
             let sharding = args.sharding();
-            let outcome = runtime.block_on(async {
-                tokio::select! {
-                    outcome = async {
-                        match sharding {
-                            Some(s) => scenarios::shard::rehearse(&profile, progress, s).await,
-                            None => scenarios::rehearse(&profile, progress).await,
-                        }
-                    } => {
-                        outcome.context("rehearsal")
-                    }
-                    _ = interrupted.wait_for(|i| *i) => {
-                        anyhow::bail!("interrupted: everything the rehearsal started is stopped")
-                    }
+            let outcome = until_interrupted("rehearsal", async {
+                match sharding {
+                    Some(s) => scenarios::shard::rehearse(&profile, progress, s).await,
+                    None => scenarios::rehearse(&profile, progress).await,
                 }
             })?;
             Ok(outcome.report.passed)
@@ -280,6 +258,27 @@ fn capacity(args: &scenarios::capacity::CapacityArgs) -> anyhow::Result<bool> {
     } else {
         Progress::Quiet
     };
+    let (report, path) = until_interrupted(
+        "capacity search",
+        scenarios::capacity::run(&base, &plan, &stacks, progress),
+    )?;
+    print!("{}", scenarios::capacity::table(&report));
+    println!("written: {}", path.display());
+    Ok(report.stacks.iter().all(|s| s.error.is_none()))
+}
+
+/// Runs `work` on a new runtime until it ends or Ctrl-C: Ctrl-C drops it,
+/// and with it every process and server it started. The handler is set
+/// before goose tries to set its own (which then stays unset): goose's
+/// would only stop the load, and exit on a second Ctrl-C without running
+/// destructors.
+fn until_interrupted<T, E>(
+    what: &'static str,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> anyhow::Result<T>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -289,15 +288,12 @@ fn capacity(args: &scenarios::capacity::CapacityArgs) -> anyhow::Result<bool> {
         interrupt.send_replace(true);
     })
     .context("setting the Ctrl-C handler")?;
-    let (report, path) = runtime.block_on(async {
+    runtime.block_on(async {
         tokio::select! {
-            r = scenarios::capacity::run(&base, &plan, &stacks, progress) => r.context("capacity"),
+            outcome = work => outcome.context(what),
             _ = interrupted.wait_for(|i| *i) => {
-                anyhow::bail!("interrupted: everything the search started is stopped")
+                anyhow::bail!("interrupted: everything the {what} started is stopped")
             }
         }
-    })?;
-    print!("{}", scenarios::capacity::table(&report));
-    println!("written: {}", path.display());
-    Ok(report.stacks.iter().all(|s| s.error.is_none()))
+    })
 }

@@ -72,6 +72,16 @@ async fn forward(
         Ok(a) => a,
         Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     };
+    let (status, out) = relayed_head(&answer);
+    match answer.bytes().await {
+        Ok(b) => (status, out, b).into_response(),
+        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    }
+}
+
+/// The upstream answer's status and headers as a proxy relays them (the
+/// length and transfer encoding are the relaying server's own).
+pub(crate) fn relayed_head(answer: &reqwest::Response) -> (StatusCode, HeaderMap) {
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut out = HeaderMap::new();
     for (name, value) in answer.headers() {
@@ -85,10 +95,7 @@ async fn forward(
             out.insert(n, v);
         }
     }
-    match answer.bytes().await {
-        Ok(b) => (status, out, b).into_response(),
-        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-    }
+    (status, out)
 }
 
 /// A running front.

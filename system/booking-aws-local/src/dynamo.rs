@@ -115,19 +115,7 @@ async fn forward(State(front): State<Front>, headers: HeaderMap, body: Bytes) ->
         Ok(a) => a,
         Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     };
-    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut out_headers = HeaderMap::new();
-    for (name, value) in answer.headers() {
-        if name == "content-length" || name == "transfer-encoding" {
-            continue;
-        }
-        if let (Ok(n), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(name.as_str().as_bytes()),
-            HeaderValue::from_bytes(value.as_bytes()),
-        ) {
-            out_headers.insert(n, v);
-        }
-    }
+    let (status, mut out_headers) = crate::counting::relayed_head(&answer);
     let mut bytes = match answer.bytes().await {
         Ok(b) => b.to_vec(),
         Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),

@@ -340,21 +340,7 @@ impl SqsQueue {
             .send()
             .await
             .map_err(|e| queue_error(&Failure::of(&e)))?;
-        let mut results: Vec<Result<(), QueueError>> = vec![Ok(()); receipts.len()];
-        for failed in out.failed() {
-            if let Some(slot) = failed
-                .id()
-                .parse::<usize>()
-                .ok()
-                .and_then(|i| results.get_mut(i))
-            {
-                *slot = Err(queue_error(&Failure {
-                    code: Some(failed.code().to_owned()),
-                    message: failed.message().unwrap_or_default().to_owned(),
-                    unanswered: false,
-                }));
-            }
-        }
+        let results = batch_results(receipts.len(), out.failed());
         let mut observed = self.observed.lock();
         for (r, result) in receipts.iter().zip(&results) {
             if result.is_ok() {
@@ -400,21 +386,7 @@ impl SqsQueue {
             .send()
             .await
             .map_err(|e| queue_error(&Failure::of(&e)))?;
-        let mut results: Vec<Result<(), QueueError>> = vec![Ok(()); receipts.len()];
-        for failed in out.failed() {
-            if let Some(slot) = failed
-                .id()
-                .parse::<usize>()
-                .ok()
-                .and_then(|i| results.get_mut(i))
-            {
-                *slot = Err(queue_error(&Failure {
-                    code: Some(failed.code().to_owned()),
-                    message: failed.message().unwrap_or_default().to_owned(),
-                    unanswered: false,
-                }));
-            }
-        }
+        let results = batch_results(receipts.len(), out.failed());
         let mut observed = self.observed.lock();
         for (r, result) in receipts.iter().zip(&results) {
             if result.is_ok() {
@@ -425,6 +397,30 @@ impl SqsQueue {
         }
         Ok(results)
     }
+}
+
+/// One result per entry of a batch call whose entries were numbered by
+/// position: `Ok` unless the answer lists the entry as failed.
+fn batch_results(
+    n: usize,
+    failed: &[aws_sdk_sqs::types::BatchResultErrorEntry],
+) -> Vec<Result<(), QueueError>> {
+    let mut results: Vec<Result<(), QueueError>> = vec![Ok(()); n];
+    for f in failed {
+        if let Some(slot) = f
+            .id()
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| results.get_mut(i))
+        {
+            *slot = Err(queue_error(&Failure {
+                code: Some(f.code().to_owned()),
+                message: f.message().unwrap_or_default().to_owned(),
+                unanswered: false,
+            }));
+        }
+    }
+    results
 }
 
 /// Runs `call` on each chunk of at most [`BATCH_ENTRIES_MAX`] receipts (one

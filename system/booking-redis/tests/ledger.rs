@@ -220,8 +220,16 @@ async fn releases_are_payment_guarded_and_paid_is_final(l: &dyn Ledger) {
         }
     );
     assert_eq!(l.mark_paid(&s, c, &pay("P0")).await.unwrap(), Step::NoMatch);
+    assert_eq!(
+        l.counters(&s).await.unwrap().paid,
+        0,
+        "a held seat is not paid"
+    );
     assert_eq!(l.mark_paid(&s, c, &pay("P1")).await.unwrap(), Step::Done);
     assert_eq!(l.mark_paid(&s, c, &pay("P1")).await.unwrap(), Step::Paid);
+    // the paid mark is counted once, beside the seat it keeps counted
+    let counters = l.counters(&s).await.unwrap();
+    assert_eq!((counters.paid, counters.levels[0].count), (1, 1));
     assert_eq!(l.release(&s, c, &pay("P1")).await.unwrap(), Step::Paid);
     assert_eq!(
         l.undo_admission(&s, c, &token("t1")).await.unwrap(),

@@ -417,8 +417,6 @@ fn bump(a: &AtomicU64) {
 /// The hold a poller keeps on the batch in hand.
 #[derive(Debug)]
 struct Lease {
-    /// [`WorkerConfig::heartbeat_after`]: `None`, no extensions.
-    every: Option<Duration>,
     /// Per message of the batch: done with (handled, or lost).
     done: Vec<AtomicBool>,
     /// Per message of the batch: an extension was refused for its receipt.
@@ -672,7 +670,6 @@ impl Worker {
     /// back in the batch's order.
     pub async fn process_batch(&self, batch: &[Received], received_at: Instant) -> Vec<Outcome> {
         let lease = Lease {
-            every: self.config.heartbeat_after(),
             done: (0..batch.len()).map(|_| AtomicBool::new(false)).collect(),
             lost: (0..batch.len()).map(|_| AtomicBool::new(false)).collect(),
             to_delete: std::sync::Mutex::new(Vec::with_capacity(batch.len())),
@@ -715,7 +712,9 @@ impl Worker {
             outcomes.into_iter().map(|(_, o)| o).collect::<Vec<_>>()
         };
         let heartbeat = async {
-            let Some(every) = lease.every else { return };
+            let Some(every) = self.config.heartbeat_after() else {
+                return;
+            };
             let mut next_beat = received_at + every;
             while !finished.load(Ordering::Acquire) {
                 tokio::select! {
