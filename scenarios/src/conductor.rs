@@ -360,7 +360,11 @@ pub fn metric_sum(text: &str, metric: &str) -> f64 {
                 Some((n, rest)) => (n.trim(), rest.trim_end_matches('}')),
                 None => (name_labels.trim(), ""),
             };
-            let labelled = label.is_none_or(|want| labels.split(',').any(|l| l.trim() == want));
+            // every label asked for is on the line (others may be too)
+            let labelled = label.is_none_or(|want| {
+                want.split(',')
+                    .all(|w| labels.split(',').any(|l| l.trim() == w.trim()))
+            });
             (name == want && labelled).then(|| value.trim().parse::<f64>().ok())?
         })
         .sum()
@@ -1029,6 +1033,24 @@ mod tests {
         assert_eq!(metric_sum(text, "nothing"), 0.0);
         assert_eq!(metric_sum(text, "booking_undos_total{reason=\"b\"}"), 4.0);
         assert_eq!(metric_sum(text, "booking_undos_total{reason=\"c\"}"), 0.0);
+        let two = "booking_redis_pool_connections{pool=\"ledger\",state=\"max\"} 8\nbooking_redis_pool_connections{pool=\"ledger\",state=\"in_use\"} 3\nbooking_redis_pool_connections{pool=\"queue\",state=\"max\"} 64\n";
+        let read = |m: &str| metric_sum(two, m);
+        assert_eq!(
+            read("booking_redis_pool_connections{pool=\"ledger\",state=\"max\"}"),
+            8.0
+        );
+        assert_eq!(
+            read("booking_redis_pool_connections{state=\"max\",pool=\"queue\"}"),
+            64.0
+        );
+        assert_eq!(
+            read("booking_redis_pool_connections{pool=\"ledger\"}"),
+            11.0
+        );
+        assert_eq!(
+            read("booking_redis_pool_connections{pool=\"ledger\",state=\"idle\"}"),
+            0.0
+        );
     }
 
     #[test]

@@ -128,6 +128,10 @@ pub struct Thresholds {
     pub queue_age_ms_max: f64,
     /// Server errors (5xx or no answer) as a percentage of requests, at most.
     pub server_error_pct_max: f64,
+    /// Redis connection requests that waited for a connection (every one of
+    /// the pool in use), as a percentage of all, at most: the cause of the
+    /// article's first load-test bug, a pool sized for normal traffic.
+    pub redis_pool_wait_pct_max: f64,
     /// Violations allowed per audit invariant, by name; absent means 0.
     pub audit: BTreeMap<String, u64>,
 }
@@ -139,6 +143,7 @@ impl Default for Thresholds {
             booking_p99_ms_max: 50.0,
             queue_age_ms_max: 4_000.0,
             server_error_pct_max: 0.01,
+            redis_pool_wait_pct_max: 10.0,
             audit: BTreeMap::new(),
         }
     }

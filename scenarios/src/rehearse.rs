@@ -164,6 +164,8 @@ pub struct Measured {
     pub settle_waited_ms: u64,
     /// Redirects of approved payers answered `not_paid`.
     pub approved_told_not_paid: u64,
+    /// The fleet's Redis pools after the run, by adapter (empty off Redis).
+    pub redis_pools: Vec<(String, booking::PoolFigures)>,
 }
 
 /// Whether progress lines are printed.
@@ -692,6 +694,7 @@ pub async fn run_with(
         leftovers,
         settle_waited_ms,
         approved_told_not_paid: result.payments.approved_told_not_paid,
+        redis_pools: fleet.redis_pools().await,
     };
     // a fault schedule relaxes the bounds it names, and says so
     let (judged, relaxed) = match &conductor {
@@ -913,6 +916,9 @@ async fn verdicts_with_ledger(
         out.push(thresholds::queue_age(age, measured.queue_samples, t));
     }
     out.push(thresholds::server_errors(&measured.load, t));
+    if !measured.redis_pools.is_empty() {
+        out.push(thresholds::pool_waits(&measured.redis_pools, t));
+    }
     let admissions = ledger.as_ref().and_then(|g| admissions(profile, g));
     let turned_away = admissions
         .as_ref()

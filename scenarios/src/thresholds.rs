@@ -18,6 +18,7 @@
 //! | `at_cap_when_demand_exceeded` | seats short of the cap at the level's peak, summed over levels that turned a candidate away | at most 0 |
 //! | `never_above_cap_during_run` | seats over the cap at the level's peak, summed | at most 0 |
 //! | `sale_settled` | HELD records and queued messages left when the settle bound ran out | at most 0 |
+//! | `redis_pool_waits` | Redis connection requests that found every connection of their pool in use, % of all (the fleet's pools summed; on Redis only) | at most `redis_pool_wait_pct_max` |
 //! | `approved_payers_told_paid` | redirects of payers who approved at the checkout answered `not_paid` | at most 0 |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,6 +68,54 @@ pub fn relaxed(
 pub const AT_CAP: &str = "at_cap_when_demand_exceeded";
 /// The name of the never-above-cap invariant.
 pub const NEVER_ABOVE_CAP: &str = "never_above_cap_during_run";
+/// The name of the pool-waits verdict.
+pub const POOL_WAITS: &str = "redis_pool_waits";
+
+/// `redis_pool_waits`: connection requests that waited, as a percentage of
+/// all, over every Redis pool of the fleet, against its ceiling; the detail
+/// names each pool that waited, worst first, with its size, the time its
+/// callers waited and how many gave up.
+pub fn pool_waits(pools: &[(String, booking::PoolFigures)], thresholds: &Thresholds) -> Verdict {
+    let gets: u64 = pools.iter().map(|(_, f)| f.gets).sum();
+    let waits: u64 = pools.iter().map(|(_, f)| f.waits).sum();
+    let pct = if gets == 0 {
+        0.0
+    } else {
+        waits as f64 * 100.0 / gets as f64
+    };
+    let mut waited: Vec<&(String, booking::PoolFigures)> =
+        pools.iter().filter(|(_, f)| f.waits > 0).collect();
+    waited.sort_by(|a, b| b.1.wait_pct().total_cmp(&a.1.wait_pct()));
+    let named: Vec<String> = waited
+        .iter()
+        .map(|(name, f)| {
+            format!(
+                "{name}: {:.1} % of {} waited ({:.1} s in all, {} gave up; {} connections over the fleet)",
+                f.wait_pct(),
+                f.gets,
+                f.wait_micros as f64 / 1e6,
+                f.timeouts,
+                f.max_size
+            )
+        })
+        .collect();
+    let detail = if named.is_empty() {
+        format!("no wait in {gets} connection requests")
+    } else {
+        format!(
+            "{waits} of {gets} connection requests waited; {}",
+            named.join("; ")
+        )
+    };
+    at_most(
+        POOL_WAITS,
+        pct,
+        thresholds.redis_pool_wait_pct_max,
+        "%",
+        detail,
+    )
+}
+
 /// The name of the quiescence invariant.
 pub const SETTLED: &str = "sale_settled";
 
@@ -277,6 +326,49 @@ mod tests {
             }],
             ..LoadFigures::default()
         }
+    }
+
+    #[test]
+    fn pool_waits_are_judged_over_every_pool_and_name_the_worst() {
+        let pool = |gets, waits, micros, timeouts| booking::PoolFigures {
+            max_size: 8,
+            gets,
+            waits,
+            wait_micros: micros,
+            timeouts,
+            ..booking::PoolFigures::default()
+        };
+        let quiet = vec![
+            ("ledger".to_owned(), pool(10_000, 0, 0, 0)),
+            ("queue".to_owned(), pool(5_000, 0, 0, 0)),
+        ];
+        let v = pool_waits(&quiet, &thresholds());
+        assert!(v.passed, "{v:?}");
+        assert_eq!((v.name.as_str(), v.figure), (POOL_WAITS, 0.0));
+        assert!(v.detail.contains("no wait in 15000"), "{}", v.detail);
+        // 10 % of all requests is the bound: 1,500 of 15,000 passes, 1,501 fails
+        let at = vec![
+            ("ledger".to_owned(), pool(10_000, 1_500, 1, 0)),
+            ("queue".to_owned(), pool(5_000, 0, 0, 0)),
+        ];
+        assert!(pool_waits(&at, &thresholds()).passed);
+        let over = vec![
+            ("ledger".to_owned(), pool(10_000, 1_000, 2_000_000, 0)),
+            ("queue".to_owned(), pool(5_000, 501, 500_000, 3)),
+        ];
+        let v = pool_waits(&over, &thresholds());
+        assert!(!v.passed);
+        assert!((v.figure - 1_501.0 * 100.0 / 15_000.0).abs() < 1e-9);
+        // the worst pool (by its own share) comes first, with its causes
+        let queue_at = v
+            .detail
+            .find("queue: 10.0 % of 5000 waited (0.5 s in all, 3 gave up")
+            .unwrap();
+        let ledger_at = v
+            .detail
+            .find("ledger: 10.0 % of 10000 waited (2.0 s in all, 0 gave up")
+            .unwrap();
+        assert!(queue_at < ledger_at, "{}", v.detail);
     }
 
     #[test]

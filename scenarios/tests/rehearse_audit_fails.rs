@@ -175,6 +175,7 @@ fn swapped(
         ttl,
         embedded,
         aws: old.aws.clone(),
+        redis_pools: old.redis_pools.clone(),
         config: old.config.clone(),
         instance: old.instance.clone(),
         status: old.status.clone(),

@@ -35,6 +35,12 @@
 //! | `booking_queue_oldest_age_seconds` | | age of the oldest queued message |
 //! | `booking_throttles_total` | `op` | record-store requests throttled: `read`, `write` |
 //! | `booking_token_calls_total` | `call` | gateway token calls of this instance: `grant`, `refresh`, `failure` |
+//! | `booking_redis_pool_connections` | `pool`, `state` | a Redis pool's connections now: `in_use`, `idle`, `max` (`pool`: `ledger`, `coordination`, `records`, `queue`, `outputs`) |
+//! | `booking_redis_pool_waiting` | `pool` | callers waiting for a connection now |
+//! | `booking_redis_pool_gets_total` | `pool` | connections asked for |
+//! | `booking_redis_pool_waits_total` | `pool` | of which asked for while every connection was in use (the caller waited) |
+//! | `booking_redis_pool_wait_seconds_total` | `pool` | time those callers waited |
+//! | `booking_redis_pool_timeouts_total` | `pool` | of which gave up at the pool's wait bound |
 //! | `booking_aws_calls_total` | `service`, `op` | AWS calls of this process's clients (`--stack aws`; instances of one process share them) by the SDK's service name and the operation, e.g. `SQS`/`SendMessageBatch` |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -155,6 +161,8 @@ pub struct ServiceFigures {
     pub token_failures: u64,
     /// AWS calls so far: (service, operation, total).
     pub aws_calls: Vec<(String, String, u64)>,
+    /// The Redis pools of the instance: (adapter, figures).
+    pub redis_pools: Vec<(&'static str, booking::PoolFigures)>,
 }
 
 /// Brings a counter up to a running total kept elsewhere (never down).
@@ -172,6 +180,89 @@ pub struct AwsCallLabels {
     pub service: String,
     /// The operation: `SendMessageBatch`, `PutObject`, `GetItem`, ….
     pub op: String,
+}
+
+/// A Redis pool, by the adapter that owns it.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// `ledger`, `coordination`, `records`, `queue`, `outputs`.
+    pub pool: &'static str,
+}
+
+/// A Redis pool's connections in one state.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolStateLabels {
+    /// The adapter.
+    pub pool: &'static str,
+    /// `in_use`, `idle`, `max`.
+    pub state: &'static str,
+}
+
+/// The Redis pools' figures on `/metrics`.
+#[derive(Debug, Clone, Default)]
+struct PoolMetrics {
+    connections: Family<PoolStateLabels, Gauge>,
+    waiting: Family<PoolLabels, Gauge>,
+    gets: Family<PoolLabels, Counter>,
+    waits: Family<PoolLabels, Counter>,
+    wait_seconds: Family<PoolLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    timeouts: Family<PoolLabels, Counter>,
+}
+
+impl PoolMetrics {
+    fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("redis_pool");
+        sub.register(
+            "connections",
+            "A Redis pool's connections now, by state",
+            self.connections.clone(),
+        );
+        sub.register(
+            "waiting",
+            "Callers waiting for a Redis connection now",
+            self.waiting.clone(),
+        );
+        sub.register("gets", "Redis connections asked for", self.gets.clone());
+        sub.register(
+            "waits",
+            "Redis connections asked for while every one was in use",
+            self.waits.clone(),
+        );
+        sub.register(
+            "wait_seconds",
+            "Time callers waited for a Redis connection",
+            self.wait_seconds.clone(),
+        );
+        sub.register(
+            "timeouts",
+            "Callers that gave up waiting for a Redis connection",
+            self.timeouts.clone(),
+        );
+    }
+
+    fn sync(&self, pool: &'static str, f: &booking::PoolFigures) {
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (state, v) in [
+            ("in_use", f.in_use),
+            ("idle", f.open.saturating_sub(f.in_use)),
+            ("max", f.max_size),
+        ] {
+            self.connections
+                .get_or_create(&PoolStateLabels { pool, state })
+                .set(gauge(v));
+        }
+        let labels = PoolLabels { pool };
+        self.waiting.get_or_create(&labels).set(gauge(f.waiting));
+        mirror(&self.gets.get_or_create(&labels), f.gets);
+        mirror(&self.waits.get_or_create(&labels), f.waits);
+        mirror(&self.timeouts.get_or_create(&labels), f.timeouts);
+        let seconds = f.wait_micros as f64 / 1e6;
+        let counter = self.wait_seconds.get_or_create(&labels);
+        let now = counter.get();
+        if seconds > now {
+            counter.inc_by(seconds - now);
+        }
+    }
 }
 
 /// A level.
@@ -221,6 +312,7 @@ pub struct ApiMetrics {
     throttles: Family<OpLabel, Counter>,
     token_calls: Family<CallLabels, Counter>,
     aws_calls: Family<AwsCallLabels, Counter>,
+    redis_pools: PoolMetrics,
 }
 
 impl Default for ApiMetrics {
@@ -256,6 +348,8 @@ impl ApiMetrics {
         let throttles = Family::<OpLabel, Counter>::default();
         let token_calls = Family::<CallLabels, Counter>::default();
         let aws_calls = Family::<AwsCallLabels, Counter>::default();
+        let redis_pools = PoolMetrics::default();
+        redis_pools.register(&mut registry);
         registry.register(
             "paid",
             "Bookings marked PAID by this instance, by confirm path and source",
@@ -380,6 +474,7 @@ impl ApiMetrics {
             throttles,
             token_calls,
             aws_calls,
+            redis_pools,
         }
     }
 
@@ -456,6 +551,9 @@ impl ApiMetrics {
             };
             mirror(&self.aws_calls.get_or_create(&labels), *total);
         }
+        for (pool, figures) in &f.redis_pools {
+            self.redis_pools.sync(pool, figures);
+        }
     }
 
     /// Counts one `POST /bookings` answer.
@@ -524,6 +622,19 @@ mod tests {
             throttled_writes: 4,
             token_grants: 1,
             aws_calls: vec![("SQS".into(), "SendMessageBatch".into(), total * 2)],
+            redis_pools: vec![(
+                "ledger",
+                booking::PoolFigures {
+                    max_size: 8,
+                    open: 8,
+                    in_use: 6,
+                    waiting: 3,
+                    gets: total * 100,
+                    waits: total * 40,
+                    wait_micros: total * 250_000,
+                    timeouts: total,
+                },
+            )],
             ..ServiceFigures::default()
         }
     }
@@ -547,6 +658,14 @@ mod tests {
             r#"booking_throttles_total{op="write"} 4"#,
             r#"booking_token_calls_total{call="grant"} 1"#,
             r#"booking_aws_calls_total{service="SQS",op="SendMessageBatch"} 10"#,
+            r#"booking_redis_pool_connections{pool="ledger",state="in_use"} 6"#,
+            r#"booking_redis_pool_connections{pool="ledger",state="idle"} 2"#,
+            r#"booking_redis_pool_connections{pool="ledger",state="max"} 8"#,
+            r#"booking_redis_pool_waiting{pool="ledger"} 3"#,
+            r#"booking_redis_pool_gets_total{pool="ledger"} 500"#,
+            r#"booking_redis_pool_waits_total{pool="ledger"} 200"#,
+            r#"booking_redis_pool_wait_seconds_total{pool="ledger"} 1.25"#,
+            r#"booking_redis_pool_timeouts_total{pool="ledger"} 5"#,
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

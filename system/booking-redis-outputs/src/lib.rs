@@ -182,6 +182,11 @@ impl RedisOutputs {
         pool::warm(&self.pool, n).await
     }
 
+    /// The connection pool (its figures go to `/metrics`).
+    pub fn pool(&self) -> &pool::Pool {
+        &self.pool
+    }
+
     /// Forgets every sent mail, alert and status write of the sale, and the
     /// current document (the ops reset before a new run).
     pub async fn clear(&self) -> Result<(), NotifyError> {

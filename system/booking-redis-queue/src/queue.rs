@@ -192,6 +192,11 @@ impl RedisQueue {
         booking_redis::pool::warm(&self.pool, n).await
     }
 
+    /// The connection pool (its figures go to `/metrics`).
+    pub fn pool(&self) -> &booking_redis::pool::Pool {
+        &self.pool
+    }
+
     async fn conn(&self) -> Result<impl DerefMut<Target = Connection>, QueueError> {
         self.pool
             .get()

@@ -301,6 +301,11 @@ impl RedisRecords {
         booking_redis::pool::warm(&self.pool, n).await
     }
 
+    /// The connection pool (its figures go to `/metrics`).
+    pub fn pool(&self) -> &booking_redis::pool::Pool {
+        &self.pool
+    }
+
     /// The configuration.
     pub fn config(&self) -> &RedisRecordsConfig {
         &self.config

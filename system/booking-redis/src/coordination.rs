@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use booking::coordination::{Coordination, CoordinationError};
 use redis::{RedisError, Script};
 
-use crate::pool::{Manager, Pool};
+use crate::pool::Pool;
 
 const UNLOCK: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -129,7 +129,12 @@ impl RedisCoordination {
         crate::pool::warm(&self.pool, n).await
     }
 
-    async fn conn(&self) -> Result<deadpool::managed::Object<Manager>, CoordinationError> {
+    /// The connection pool (its figures go to `/metrics`).
+    pub fn pool(&self) -> &crate::pool::Pool {
+        &self.pool
+    }
+
+    async fn conn(&self) -> Result<crate::pool::Object, CoordinationError> {
         self.pool
             .get()
             .await

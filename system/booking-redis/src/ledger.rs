@@ -14,7 +14,7 @@ use redis::{ErrorKind, RedisError, ScriptInvocation, Value};
 
 use crate::codec::{read_hold, read_paid};
 use crate::keys::{InvalidKeyPrefix, KeyPrefix, SaleKeys};
-use crate::pool::{Manager, Pool};
+use crate::pool::Pool;
 use crate::scripts::Scripts;
 
 /// A request waits at most this long for a free pooled connection; past it the
@@ -122,6 +122,11 @@ impl RedisLedger {
         crate::pool::warm(&self.pool, n).await
     }
 
+    /// The connection pool (its figures go to `/metrics`).
+    pub fn pool(&self) -> &crate::pool::Pool {
+        &self.pool
+    }
+
     /// [`RedisLedger::connect`] with the article's pool size.
     pub async fn connect_default(url: &str, key_prefix: &str) -> Result<RedisLedger, ConnectError> {
         RedisLedger::connect(url, booking::settings::REDIS_POOL_SIZE, key_prefix).await
@@ -136,7 +141,7 @@ impl RedisLedger {
         SaleKeys::new(&self.prefix, sale)
     }
 
-    async fn conn(&self) -> Result<deadpool::managed::Object<Manager>, LedgerError> {
+    async fn conn(&self) -> Result<crate::pool::Object, LedgerError> {
         self.pool
             .get()
             .await

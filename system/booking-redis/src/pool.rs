@@ -13,7 +13,9 @@
 //! handed out again. A `MultiplexedConnection` does not reconnect by itself,
 //! so after Redis restarts (or the link resets) every call on it fails.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use booking::{Bug, Bugs};
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
@@ -26,8 +28,77 @@ use crate::cluster::{Link, Opener};
 /// out; a busier one is trusted.
 pub const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 
-/// The pool.
-pub type Pool = managed::Pool<Manager>;
+/// A connection handed out by the [`Pool`]; it goes back when dropped.
+pub type Object = managed::Object<Manager>;
+
+/// The pool: deadpool's, with its callers' waits counted ([`PoolFigures`]).
+/// Clones share the connections and the counts.
+#[derive(Clone)]
+pub struct Pool {
+    inner: managed::Pool<Manager>,
+    waits: Arc<WaitCounts>,
+}
+
+/// What the pool's callers went through, since it was built.
+#[derive(Debug, Default)]
+struct WaitCounts {
+    gets: AtomicU64,
+    waits: AtomicU64,
+    wait_micros: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+pub use booking::PoolFigures;
+
+impl Pool {
+    /// A connection: an idle one, a new one while the pool is below its
+    /// size, or the next one given back. A call made while every connection
+    /// was open and in use counts as a wait, with how long it took.
+    pub async fn get(&self) -> Result<Object, managed::PoolError<RedisError>> {
+        let status = self.inner.status();
+        let exhausted = status.available == 0 && status.size >= status.max_size;
+        let started = Instant::now();
+        let answer = self.inner.get().await;
+        self.waits.gets.fetch_add(1, Ordering::Relaxed);
+        if exhausted {
+            let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.waits.waits.fetch_add(1, Ordering::Relaxed);
+            self.waits.wait_micros.fetch_add(micros, Ordering::Relaxed);
+        }
+        if matches!(answer, Err(managed::PoolError::Timeout(_))) {
+            self.waits.timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        answer
+    }
+
+    /// deadpool's status: size, idle connections, waiters.
+    pub fn status(&self) -> managed::Status {
+        self.inner.status()
+    }
+
+    /// The gauges now and the counts so far.
+    pub fn figures(&self) -> PoolFigures {
+        let s = self.inner.status();
+        PoolFigures {
+            max_size: s.max_size as u64,
+            open: s.size as u64,
+            in_use: s.size.saturating_sub(s.available) as u64,
+            waiting: s.waiting as u64,
+            gets: self.waits.gets.load(Ordering::Relaxed),
+            waits: self.waits.waits.load(Ordering::Relaxed),
+            wait_micros: self.waits.wait_micros.load(Ordering::Relaxed),
+            timeouts: self.waits.timeouts.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("figures", &self.figures())
+            .finish_non_exhaustive()
+    }
+}
 
 /// How a pool treats its connections, beyond its size and timeouts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -227,14 +298,18 @@ pub fn build_with(url: &str, pool_size: usize, options: PoolOptions) -> Result<P
     }
     let manager = Manager::with_options(url, CONNECT_MAX, RESPONSE_MAX, options)
         .map_err(|e| PoolError::Url(e.to_string()))?;
-    Pool::builder(manager)
+    let inner = managed::Pool::builder(manager)
         .max_size(pool_size)
         .wait_timeout(Some(POOL_WAIT_MAX))
         .create_timeout(Some(CONNECT_MAX))
         .recycle_timeout(Some(RECYCLE_MAX))
         .runtime(deadpool::Runtime::Tokio1)
         .build()
-        .map_err(|e| PoolError::Build(e.to_string()))
+        .map_err(|e| PoolError::Build(e.to_string()))?;
+    Ok(Pool {
+        inner,
+        waits: Arc::default(),
+    })
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ use booking_embedded::outputs::{AlertLog, EmbeddedOutputs, ObjectSink, OutboxMai
 use booking_embedded::queue::{EmbeddedQueue, QueueConfig};
 use booking_embedded::records::{EmbeddedRecords, RecordsConfig};
 use booking_redis::persistence::{self, Persistence};
+use booking_redis::pool::Pool as RedisPool;
 use booking_redis::{KeyPrefix, RedisCoordination, RedisLedger};
 use booking_redis_outputs::RedisOutputs;
 use booking_redis_queue::RedisQueue;
@@ -298,6 +299,10 @@ impl TtlService for RedisRecords {
     }
 }
 
+/// The Redis pools of an instance on Redis, by the adapter that owns each
+/// (`/metrics`: `booking_redis_pool_*{pool=…}`).
+pub const REDIS_POOLS: [&str; 5] = ["ledger", "coordination", "records", "queue", "outputs"];
+
 /// A built server: the API's stack, where its outputs are read back, its
 /// TTL service, the configuration.
 #[derive(Debug)]
@@ -317,6 +322,9 @@ pub struct Server {
     /// The AWS adapters and their clients (on AWS only; the instances of
     /// one process share them, and so their call counts).
     pub aws: Option<booking_aws::Adapters>,
+    /// The Redis pools of this instance, by adapter ([`REDIS_POOLS`]; only
+    /// the adapters on Redis): their waits and connections go to `/metrics`.
+    pub redis_pools: Vec<(&'static str, RedisPool)>,
     /// The configuration it was built from.
     pub config: ServerConfig,
     /// This instance's id (reconciler lock owner, status writer id).
@@ -411,6 +419,8 @@ struct Parts {
     ttl: Option<Arc<dyn TtlService>>,
     embedded: Option<Embedded>,
     aws: Option<booking_aws::Adapters>,
+    /// The Redis adapters' pools, by adapter (on Redis only).
+    redis_pools: Vec<(&'static str, RedisPool)>,
 }
 
 fn local_outputs(clock: &Arc<dyn Clock>) -> EmbeddedOutputs {
@@ -458,6 +468,7 @@ fn embedded_parts(config: &ServerConfig, clock: &Arc<dyn Clock>, first: Option<&
         ttl: Some(embedded.records.clone()),
         embedded: Some(embedded),
         aws: None,
+        redis_pools: Vec::new(),
     }
 }
 
@@ -505,6 +516,11 @@ async fn redis_parts(config: &ServerConfig, clock: &Arc<dyn Clock>) -> Result<Pa
         outputs = o,
         "redis adapter pools warmed"
     );
+    let redis_pools = vec![
+        ("records", records.pool().clone()),
+        ("queue", queue.pool().clone()),
+        ("outputs", outputs.pool().clone()),
+    ];
     let records = Arc::new(records);
     let outputs = Arc::new(outputs);
     Ok(Parts {
@@ -519,6 +535,7 @@ async fn redis_parts(config: &ServerConfig, clock: &Arc<dyn Clock>) -> Result<Pa
         ttl: Some(records),
         embedded: None,
         aws: None,
+        redis_pools,
     })
 }
 
@@ -546,6 +563,7 @@ async fn aws_parts(
                 ttl: None,
                 embedded: None,
                 aws: f.aws.clone(),
+                redis_pools: Vec::new(),
             });
         }
     }
@@ -569,6 +587,7 @@ async fn aws_parts(
         ttl: None,
         embedded: None,
         aws: Some(aws),
+        redis_pools: Vec::new(),
     })
 }
 
@@ -581,6 +600,7 @@ async fn build_with(
     config.validate()?;
     let settings = config.effective_settings();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let mut redis_pools = Vec::new();
     let (ledger, coordination): (Arc<dyn Ledger>, Arc<dyn Coordination>) = match config.stack.kind {
         StackKind::Embedded => match first {
             Some(f) => (
@@ -601,6 +621,8 @@ async fn build_with(
             // a flash sale starts with its burst: connect before it, not in it
             let (l, c) = tokio::join!(ledger.warm(pool), coordination.warm(pool));
             tracing::info!(ledger = l, coordination = c, "redis pools warmed");
+            redis_pools.push(("ledger", ledger.pool().clone()));
+            redis_pools.push(("coordination", coordination.pool().clone()));
             (Arc::new(ledger), Arc::new(coordination))
         }
     };
@@ -719,6 +741,7 @@ async fn build_with(
         ttl: parts.ttl,
         embedded: parts.embedded,
         aws: parts.aws,
+        redis_pools: redis_pools.into_iter().chain(parts.redis_pools).collect(),
         config: config.clone(),
         instance,
         status,

@@ -420,6 +420,12 @@ impl Sampler {
                     .map(|c| (c.service, c.operation, c.calls))
                     .collect()
             }),
+            redis_pools: self
+                .server
+                .redis_pools
+                .iter()
+                .map(|(name, pool)| (*name, pool.figures()))
+                .collect(),
             ..ServiceFigures::default()
         };
         // the backends are asked, each within a bound; a figure that cannot

@@ -15,6 +15,7 @@ pub mod gateway;
 pub mod ids;
 pub mod ledger;
 pub mod notify;
+pub mod pools;
 pub mod queue;
 pub mod records;
 pub mod settings;
@@ -34,6 +35,7 @@ pub use ledger::{Admission, Counters, Hold, HoldState, Ledger, LedgerError, Mode
 pub use notify::{
     Alert, Alerts, Confirmation, Mailer, NotifyError, OutputLog, StatusSink, StatusWrite,
 };
+pub use pools::PoolFigures;
 pub use queue::{Message, Queue, QueueDepth, QueueError, ReceiptHandle, Received, SendOutcome};
 pub use records::{
     BookingRecord, ChangeStream, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
