@@ -370,6 +370,37 @@ pub fn metric_sum(text: &str, metric: &str) -> f64 {
         .sum()
 }
 
+/// The Redis pools an instance's `/metrics` shows
+/// (`booking_redis_pool_*{pool=…}`), by adapter: those that were asked for
+/// a connection at least once. The gauges of connections open and in use
+/// are left at 0 (the figures judged are the counts).
+pub fn pools_from_metrics(text: &str) -> Vec<(String, booking::PoolFigures)> {
+    booking_server::build::REDIS_POOLS
+        .iter()
+        .filter_map(|name| {
+            let read = |metric: &str, more: &str| {
+                metric_sum(
+                    text,
+                    &format!("booking_redis_pool_{metric}{{pool=\"{name}\"{more}}}"),
+                )
+            };
+            let gets = read("gets_total", "") as u64;
+            (gets > 0).then(|| {
+                let figures = booking::PoolFigures {
+                    max_size: read("connections", ",state=\"max\"") as u64,
+                    waiting: read("waiting", "") as u64,
+                    gets,
+                    waits: read("waits_total", "") as u64,
+                    wait_micros: (read("wait_seconds_total", "") * 1e6).round() as u64,
+                    timeouts: read("timeouts_total", "") as u64,
+                    ..booking::PoolFigures::default()
+                };
+                ((*name).to_owned(), figures)
+            })
+        })
+        .collect()
+}
+
 impl Conductor {
     /// A conductor of `schedule` (named `name`) over the fleet's pieces.
     #[allow(clippy::too_many_arguments)]
@@ -1050,6 +1081,49 @@ mod tests {
         assert_eq!(
             read("booking_redis_pool_connections{pool=\"ledger\",state=\"idle\"}"),
             0.0
+        );
+    }
+
+    #[test]
+    fn pools_read_from_metrics_are_the_pools_the_api_rendered() {
+        let ledger = booking::PoolFigures {
+            max_size: 300,
+            open: 40,
+            in_use: 12,
+            waiting: 2,
+            gets: 9_000,
+            waits: 450,
+            wait_micros: 3_250_000,
+            timeouts: 7,
+        };
+        let queue = booking::PoolFigures {
+            max_size: 64,
+            gets: 1_000,
+            ..booking::PoolFigures::default()
+        };
+        let idle = booking::PoolFigures {
+            max_size: 64,
+            ..booking::PoolFigures::default()
+        };
+        let metrics = booking_api::metrics::ApiMetrics::new();
+        metrics.sync_services(&booking_api::metrics::ServiceFigures {
+            redis_pools: vec![("ledger", ledger), ("queue", queue), ("outputs", idle)],
+            ..booking_api::metrics::ServiceFigures::default()
+        });
+        let read = pools_from_metrics(&metrics.render(None));
+        // the gauges of open connections are not read back; a pool never
+        // asked for a connection is left out
+        let counts = |f: booking::PoolFigures| booking::PoolFigures {
+            open: 0,
+            in_use: 0,
+            ..f
+        };
+        assert_eq!(
+            read,
+            vec![
+                ("ledger".to_owned(), counts(ledger)),
+                ("queue".to_owned(), counts(queue)),
+            ]
         );
     }
 

@@ -815,61 +815,27 @@ impl Fleet {
     /// servers' pools, otherwise from each booking URL's `/metrics`.
     pub async fn redis_pools(&self) -> Vec<(String, booking::PoolFigures)> {
         let mut by_pool: BTreeMap<String, booking::PoolFigures> = BTreeMap::new();
-        let mut add = |name: &str, f: booking::PoolFigures| {
-            let sum = by_pool.entry(name.to_owned()).or_default();
-            sum.max_size += f.max_size;
-            sum.open += f.open;
-            sum.in_use += f.in_use;
-            sum.waiting += f.waiting;
-            sum.gets += f.gets;
-            sum.waits += f.waits;
-            sum.wait_micros += f.wait_micros;
-            sum.timeouts += f.timeouts;
-        };
-        if self.remote.is_none() {
-            for server in &self.servers {
-                for (name, pool) in &server.redis_pools {
-                    add(name, pool.figures());
+        match &self.remote {
+            None => {
+                for server in &self.servers {
+                    for (name, pool) in &server.redis_pools {
+                        *by_pool.entry((*name).to_owned()).or_default() += pool.figures();
+                    }
                 }
             }
-        } else {
-            let http = reqwest::Client::new();
-            for url in &self.booking_urls {
-                let text = match http.get(format!("{url}/metrics")).send().await {
-                    Ok(r) => r.text().await.unwrap_or_default(),
-                    Err(e) => {
-                        tracing::warn!(%url, error = %e, "metrics for the pools");
-                        continue;
-                    }
-                };
-                for name in booking_server::build::REDIS_POOLS {
-                    let read = |metric: &str| {
-                        crate::conductor::metric_sum(
-                            &text,
-                            &format!("booking_redis_pool_{metric}{{pool=\"{name}\"}}"),
-                        )
+            Some(remote) => {
+                for url in &self.booking_urls {
+                    let answer = remote.http.get(format!("{url}/metrics")).send().await;
+                    let text = match answer {
+                        Ok(r) => r.text().await.unwrap_or_default(),
+                        Err(e) => {
+                            tracing::warn!(%url, error = %e, "metrics for the pools");
+                            continue;
+                        }
                     };
-                    let gets = read("gets_total") as u64;
-                    if gets == 0 {
-                        continue;
+                    for (name, figures) in crate::conductor::pools_from_metrics(&text) {
+                        *by_pool.entry(name).or_default() += figures;
                     }
-                    add(
-                        name,
-                        booking::PoolFigures {
-                            max_size: crate::conductor::metric_sum(
-                                &text,
-                                &format!(
-                                    "booking_redis_pool_connections{{pool=\"{name}\",state=\"max\"}}"
-                                ),
-                            ) as u64,
-                            gets,
-                            waits: read("waits_total") as u64,
-                            wait_micros: (read("wait_seconds_total") * 1e6) as u64,
-                            timeouts: read("timeouts_total") as u64,
-                            waiting: read("waiting") as u64,
-                            ..booking::PoolFigures::default()
-                        },
-                    );
                 }
             }
         }

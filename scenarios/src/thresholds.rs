@@ -76,13 +76,11 @@ pub const POOL_WAITS: &str = "redis_pool_waits";
 /// names each pool that waited, worst first, with its size, the time its
 /// callers waited and how many gave up.
 pub fn pool_waits(pools: &[(String, booking::PoolFigures)], thresholds: &Thresholds) -> Verdict {
-    let gets: u64 = pools.iter().map(|(_, f)| f.gets).sum();
-    let waits: u64 = pools.iter().map(|(_, f)| f.waits).sum();
-    let pct = if gets == 0 {
-        0.0
-    } else {
-        waits as f64 * 100.0 / gets as f64
-    };
+    let mut all = booking::PoolFigures::default();
+    for (_, f) in pools {
+        all += *f;
+    }
+    let (gets, waits) = (all.gets, all.waits);
     let mut waited: Vec<&(String, booking::PoolFigures)> =
         pools.iter().filter(|(_, f)| f.waits > 0).collect();
     waited.sort_by(|a, b| b.1.wait_pct().total_cmp(&a.1.wait_pct()));
@@ -109,7 +107,7 @@ pub fn pool_waits(pools: &[(String, booking::PoolFigures)], thresholds: &Thresho
     };
     at_most(
         POOL_WAITS,
-        pct,
+        all.wait_pct(),
         thresholds.redis_pool_wait_pct_max,
         "%",
         detail,

@@ -166,7 +166,11 @@ pub struct ServiceFigures {
 }
 
 /// Brings a counter up to a running total kept elsewhere (never down).
-fn mirror(counter: &Counter, total: u64) {
+fn mirror<N, A>(counter: &Counter<N, A>, total: N)
+where
+    N: PartialOrd + std::ops::Sub<Output = N> + Copy,
+    A: prometheus_client::metrics::counter::Atomic<N>,
+{
     let now = counter.get();
     if total > now {
         counter.inc_by(total - now);
@@ -256,12 +260,10 @@ impl PoolMetrics {
         mirror(&self.gets.get_or_create(&labels), f.gets);
         mirror(&self.waits.get_or_create(&labels), f.waits);
         mirror(&self.timeouts.get_or_create(&labels), f.timeouts);
-        let seconds = f.wait_micros as f64 / 1e6;
-        let counter = self.wait_seconds.get_or_create(&labels);
-        let now = counter.get();
-        if seconds > now {
-            counter.inc_by(seconds - now);
-        }
+        mirror(
+            &self.wait_seconds.get_or_create(&labels),
+            f.wait_micros as f64 / 1e6,
+        );
     }
 }
 

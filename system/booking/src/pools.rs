@@ -39,6 +39,21 @@ impl PoolFigures {
     }
 }
 
+/// Several instances' pools of one adapter, summed: sizes, gauges and counts
+/// alike.
+impl std::ops::AddAssign for PoolFigures {
+    fn add_assign(&mut self, other: PoolFigures) {
+        self.max_size += other.max_size;
+        self.open += other.open;
+        self.in_use += other.in_use;
+        self.waiting += other.waiting;
+        self.gets += other.gets;
+        self.waits += other.waits;
+        self.wait_micros += other.wait_micros;
+        self.timeouts += other.timeouts;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,5 +67,43 @@ mod tests {
             ..PoolFigures::default()
         };
         assert_eq!(f.wait_pct(), 25.0);
+    }
+
+    #[test]
+    fn instances_add_up_field_by_field() {
+        let one = PoolFigures {
+            max_size: 1,
+            open: 2,
+            in_use: 3,
+            waiting: 4,
+            gets: 5,
+            waits: 6,
+            wait_micros: 7,
+            timeouts: 8,
+        };
+        let mut sum = one;
+        sum += PoolFigures {
+            max_size: 10,
+            open: 20,
+            in_use: 30,
+            waiting: 40,
+            gets: 50,
+            waits: 60,
+            wait_micros: 70,
+            timeouts: 80,
+        };
+        assert_eq!(
+            sum,
+            PoolFigures {
+                max_size: 11,
+                open: 22,
+                in_use: 33,
+                waiting: 44,
+                gets: 55,
+                waits: 66,
+                wait_micros: 77,
+                timeouts: 88,
+            }
+        );
     }
 }
