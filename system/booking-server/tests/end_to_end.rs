@@ -202,6 +202,17 @@ fn counted(status: &Value, level: &str) -> u64 {
         .unwrap()
 }
 
+/// Seats the published document shows taken on `level` (a write another
+/// writer held the lock for lands just after the status call that asked for
+/// it: a settle waits for it before the audit compares).
+fn documented(status: &Value, level: &str) -> Option<u64> {
+    status["document"]["levels"]
+        .as_array()?
+        .iter()
+        .find(|l| l["level"] == level)?["taken"]
+        .as_u64()
+}
+
 fn assert_passed_with(report: &Value, more: &[&str]) {
     let invariants = report["invariants"].as_array().unwrap();
     let failed: Vec<&Value> = invariants.iter().filter(|i| i["passed"] != true).collect();
@@ -369,6 +380,8 @@ async fn rehearsal(stack: StackConfig, key_prefix: &str, more_invariants: &[&str
                 && records(s, "silver") == (0, 1)
                 && counted(s, "gold") == 2
                 && counted(s, "silver") == 1
+                && documented(s, "gold") == Some(2)
+                && documented(s, "silver") == Some(1)
                 && s["queue"]["visible"] == 0
                 && s["queue"]["in_flight"] == 0
                 && s["emails"] == 3
@@ -391,6 +404,7 @@ async fn rehearsal(stack: StackConfig, key_prefix: &str, more_invariants: &[&str
         .settle("rebooked seat paid", |s| {
             records(s, "gold") == (0, 3)
                 && counted(s, "gold") == 3
+                && documented(s, "gold") == Some(3)
                 && s["queue"]["in_flight"] == 0
                 && s["queue"]["visible"] == 0
                 && s["emails"] == 4
