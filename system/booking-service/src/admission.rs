@@ -373,23 +373,10 @@ impl Request<'_> {
             Err(e) => return self.undo(Failed::Copy, None, e.to_string()).await,
         };
         let ttl = stack.settings.hold + stack.settings.booking_copy_slack;
-
-        // enqueue: the worker writes the HELD record. The copy and the
-        // message go at once (one round trip's wait, not two): neither needs
-        // the other, and a message whose admission is then undone finds its
-        // hold released and is dropped by the worker, as one whose send timed
-        // out does
-        let message = match booking.to_message() {
-            Ok(message) => message,
-            Err(e) => {
-                return self.undo(Failed::Enqueue, None, e.to_string()).await;
-            }
-        };
-        let (copied, sent) = tokio::join!(
-            self.timed(stack.coordination.set(&copy_key, &json, Some(ttl))),
-            self.timed(stack.queue.send(message)),
-        );
-        match copied {
+        match self
+            .timed(stack.coordination.set(&copy_key, &json, Some(ttl)))
+            .await
+        {
             Some(Ok(())) => {}
             Some(Err(e)) => {
                 return self
@@ -402,7 +389,17 @@ impl Request<'_> {
                     .await;
             }
         }
-        match sent {
+
+        // enqueue: the worker writes the HELD record
+        let message = match booking.to_message() {
+            Ok(message) => message,
+            Err(e) => {
+                return self
+                    .undo(Failed::Enqueue, Some(&copy_key), e.to_string())
+                    .await;
+            }
+        };
+        match self.timed(stack.queue.send(message)).await {
             Some(Ok(_)) => {}
             Some(Err(e)) => {
                 return self
