@@ -88,6 +88,11 @@ bench *ARGS:
     cargo build --release -p booking-server --bin booking -p scenarios --bin scenarios --example bench_table -p booking-redis --example admission_rate -p booking-api --example bookings_rate
     target/release/examples/bench_table {{ARGS}}
 
+# How cost grows on Redis, two tables from one run (release, about 4 minutes, every process it starts stopped): 40K → 400K → 4M candidates (load time, Redis memory, instance RSS, bookings/s closed loop) and 2 → 4 → 8 instances on one Redis. Flags: --candidates 40000,400000,4000000 --instances 2,4,8 --instances-candidates N --secs N.
+scale *ARGS:
+    cargo build --release -p booking-server --bin booking -p scenarios --example scale_table
+    target/release/examples/scale_table {{ARGS}}
+
 # The arrival rate stepped up with short rehearsals until a verdict breaks, on embedded and Redis: the highest rate held, its p99, what broke above it, CPU per component; e.g. `just capacity --rates 1000,2000,3000,4000 --stack redis --fleet processes`.
 capacity *ARGS:
     cargo build --release -p booking-server --bin booking

@@ -15,7 +15,7 @@ use crate::schedule::Schedule;
 use crate::sim::{self, SimConfig};
 
 /// The built-in schedules, by name (files in `chaos/schedules/matrix/`).
-pub const SCHEDULES: [(&str, &str); 5] = [
+pub const SCHEDULES: [(&str, &str); 6] = [
     ("calm", include_str!("../schedules/matrix/calm.toml")),
     (
         "ledger-trouble",
@@ -32,6 +32,10 @@ pub const SCHEDULES: [(&str, &str); 5] = [
     (
         "hangs-and-skew",
         include_str!("../schedules/matrix/hangs-and-skew.toml"),
+    ),
+    (
+        "mail-trouble",
+        include_str!("../schedules/matrix/mail-trouble.toml"),
     ),
 ];
 

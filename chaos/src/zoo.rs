@@ -410,6 +410,28 @@ kind = { type = "latency", delay = { uniform = { lo_ms = 5, hi_ms = 30 } } }
             }),
             expect: &["one_email_per_paid", "total_queue"],
         },
+        ZooCase {
+            bug: Bug::EmailLatchBeforeSend,
+            what: "email marked sent before the send (lost when the mailer fails)",
+            // a fifth of the sends fail all sale long: with the mark first,
+            // each is an email nobody owes any more; in the right order the
+            // email sweep sends it again
+            harness: sim(SimConfig {
+                schedule: schedule(
+                    r#"
+[[fault]]
+name = "mailer-flaky"
+target = "mailer"
+start_ms = 0
+duration_ms = 3_600_000
+probability = 0.2
+kind = { type = "error" }
+"#,
+                ),
+                ..SimConfig::scaled(9, 1_000)
+            }),
+            expect: &["one_email_per_paid"],
+        },
         // what only real processes show: a process fleet of three
         // `booking serve` instances over a private redis-server, under a
         // rehearsal fault schedule (`faults::builtin`)

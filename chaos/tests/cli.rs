@@ -27,14 +27,14 @@ fn the_ci_matrix_passes_every_schedule_and_seed() {
     let out = out_dir("matrix");
     let (code, stdout) = chaos(&["matrix", "--profile", "ci", "--out", &out]);
     assert_eq!(code, 0, "{stdout}");
-    // 5 schedules × 3 seeds, one line each
-    assert_eq!(stdout.lines().filter(|l| l.contains(" ok ")).count(), 15);
+    // 6 schedules × 3 seeds, one line each
+    assert_eq!(stdout.lines().filter(|l| l.contains(" ok ")).count(), 18);
     assert!(!stdout.contains("FAIL"));
     assert!(stdout.contains("simulated sales per minute"));
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{out}/matrix.json")).unwrap())
             .unwrap();
-    assert_eq!(summary["runs"].as_array().unwrap().len(), 15);
+    assert_eq!(summary["runs"].as_array().unwrap().len(), 18);
     // the faults fired: a matrix whose faults never fire proves nothing
     assert!(
         summary["runs"]
@@ -60,14 +60,14 @@ fn every_bug_of_the_zoo_is_caught_by_its_invariant() {
     let (code, stdout) = chaos(&args);
     assert_eq!(code, 0, "{stdout}");
     assert!(
-        stdout.contains("19 of 19 zoo rows caught (15 bugs)"),
+        stdout.contains("20 of 20 zoo rows caught (16 bugs)"),
         "{stdout}"
     );
     assert!(!stdout.contains("NOT CAUGHT"));
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(format!("{out}/zoo.json")).unwrap()).unwrap();
     // token_grant_per_instance has a rehearsal row and a sim row
-    assert_eq!(rows.len(), 19);
+    assert_eq!(rows.len(), 20);
     // the redirect bugs are caught in virtual time as well as over HTTP
     for bug in [
         "trust_redirect_cancel",

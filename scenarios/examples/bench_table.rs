@@ -31,19 +31,25 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::io::Read;
+#[path = "common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use booking_server::config::StackKind;
+use common::{
+    Started, Table, Wrk, booking_serve, free_port, line, mock_and_config, number_after, output,
+    part, post_bookings_lua, redis_cli, redis_server, stop_children_on_ctrlc, thousands, wrk_run,
+};
 use parking_lot::Mutex;
 use scenarios::Profile;
 use scenarios::capacity::{self, CapacityReport, Plan};
 use scenarios::cpu::{self, Sampler};
-use scenarios::fleet::{Fleet, ensure_redis, rehearsal_config};
+use scenarios::fleet::{Fleet, ensure_redis};
 
 /// The admission script as the ledger loads it: the prelude, then the body.
 const ADMIT_LUA: &str = concat!(
@@ -69,154 +75,6 @@ const WRK_SECS: u64 = 8;
 const WRK_CONNECTIONS: u32 = 64;
 /// Candidates loaded for wrk (more than it can post in its run).
 const WRK_CANDIDATES: usize = 150_000;
-
-/// Processes this run started and has not reaped: Ctrl-C kills them.
-type Started = Arc<Mutex<Vec<u32>>>;
-
-/// A child killed (and reaped) when dropped.
-struct Guard {
-    child: Child,
-    started: Started,
-}
-
-impl Guard {
-    fn spawn(cmd: &mut Command, started: &Started) -> anyhow::Result<Guard> {
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {:?}", cmd.get_program()))?;
-        started.lock().push(child.id());
-        Ok(Guard {
-            child,
-            started: started.clone(),
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits up to `max`; past it, SIGINT, then SIGKILL 10 s later.
-    fn wait_for(&mut self, max: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if started.elapsed() > max {
-                let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-                let stopping = Instant::now();
-                while stopping.elapsed() < Duration::from_secs(10) {
-                    if self.child.try_wait()?.is_some() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                bail!("{:?} ran past its bound of {max:?}: stopped", self.pid());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let pid = self.child.id();
-        self.started.lock().retain(|p| *p != pid);
-    }
-}
-
-/// Runs `cmd` to its end (at most `max`), its stdout captured, its stderr
-/// into `log`.
-fn output(
-    cmd: &mut Command,
-    max: Duration,
-    log: &Path,
-    started: &Started,
-) -> anyhow::Result<String> {
-    let err = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
-    let mut g = Guard::spawn(cmd, started)?;
-    let mut out = g.child.stdout.take().context("stdout")?;
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let status = g.wait_for(max);
-    let text = reader.join().unwrap_or_default();
-    let status = status?;
-    if !status.success() {
-        bail!(
-            "{:?} exited with {status}; stderr in {}; stdout:\n{text}",
-            cmd.get_program(),
-            log.display()
-        );
-    }
-    Ok(text)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// The first number after `after` in `text`.
-fn number_after(text: &str, after: &str) -> Option<f64> {
-    let rest = &text[text.find(after)? + after.len()..];
-    let rest = rest.trim_start();
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
-        .unwrap_or(rest.len());
-    rest[..end].replace(',', "").parse().ok()
-}
-
-/// The line of `text` starting with `prefix`.
-fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-    text.lines().find(|l| l.trim_start().starts_with(prefix))
-}
-
-fn redis_cli(port: u16, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .context("redis-cli (scripts/setup installs redis-server and its tools)")?;
-    if !out.status.success() {
-        bail!(
-            "redis-cli {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// A private `redis-server` on a free port.
-fn redis_server(started: &Started) -> anyhow::Result<(Guard, u16)> {
-    let port = free_port();
-    let g = Guard::spawn(
-        Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        started,
-    )?;
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
-        if redis_cli(port, &["PING"]).is_ok_and(|p| p == "PONG") {
-            return Ok((g, port));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    bail!("redis-server on port {port} did not answer")
-}
 
 /// One raw run's figures.
 #[derive(Debug, Clone, Default)]
@@ -425,24 +283,6 @@ struct Generator {
     wrk: Option<Wrk>,
 }
 
-#[derive(Debug, Clone, Default)]
-struct Wrk {
-    requests: f64,
-    rps: f64,
-    non_2xx: f64,
-    cpu_s: f64,
-}
-
-/// Ticks of the children this process has waited for (`cutime + cstime`).
-fn waited_children_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(Vec::new(), |(_, r)| r.split_whitespace().collect());
-    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    field(13) + field(14)
-}
-
 #[allow(clippy::too_many_arguments)]
 fn generator_against(
     stack: StackKind,
@@ -477,16 +317,6 @@ fn generator_against(
     for l in &mut profile.levels {
         l.cap = l.cap.saturating_mul(CAP_FACTOR);
     }
-    let sale = booking::SaleId::parse(&profile.sale)?;
-    let mock = runtime.block_on(mock_gateway::start_local(
-        mock_gateway::Config {
-            seed: profile.seed,
-            signature_version: 2,
-            ..mock_gateway::Config::default()
-        },
-        mock_gateway::ScriptSpec::default(),
-    ))?;
-    let topic = mock_gateway::Config::default().topic_arn;
     let (redis_url, _redis) = match stack {
         StackKind::Redis => {
             let (url, process) = ensure_redis(&format!("redis://127.0.0.1:{}", free_port()))?;
@@ -494,51 +324,13 @@ fn generator_against(
         }
         _ => (profile.stack.redis_url.clone(), None),
     };
+    let (mock, mut config) = mock_and_config(&profile, stack, redis_url, runtime)?;
+    let token = config.admin_token.clone().context("an admin token")?;
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let token = format!(
-        "{:016x}{:016x}",
-        rand::random::<u64>(),
-        rand::random::<u64>()
-    );
-    let mut config = rehearsal_config(&profile, &sale, stack, redis_url, &mock, topic);
     config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     config.public_url = url.clone();
-    config.admin_token = Some(token.clone());
-    config.validate()?;
-    let config_path = dir.join("booking.toml");
-    std::fs::write(&config_path, toml::to_string(&config)?)?;
-    let log = std::fs::File::create(dir.join("booking.log"))?;
-    let _booking = Guard::spawn(
-        Command::new(&bins.booking)
-            .arg("serve")
-            .arg("--config")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log),
-        started,
-    )?;
-    let http = reqwest::Client::new();
-    let t = Instant::now();
-    loop {
-        let healthy = runtime.block_on(async {
-            http.get(format!("{url}/healthz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        });
-        if healthy {
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "booking serve did not answer /healthz in 60 s (log in {})",
-                dir.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _booking = booking_serve(&bins.booking, &config, "booking", &dir, runtime, started)?;
     let profile_path = dir.join("profile.toml");
     std::fs::write(&profile_path, toml::to_string(&profile)?)?;
     let out = output(
@@ -637,49 +429,15 @@ fn wrk(
         fleet.stop().await;
         anyhow::Ok(())
     })?;
-    let script = dir.join("post_booking.lua");
-    std::fs::write(
-        &script,
-        format!(
-            "-- POST /bookings, a new candidate each request (one thread)\n\
-             local n = 0\n\
-             request = function()\n  n = n + 1\n  return wrk.format(\"POST\", \"/bookings\", \
-             {{[\"Content-Type\"] = \"application/json\"}}, \
-             '{{\"candidate\":\"wrk-' .. n .. '\",\"level\":\"{level}\"}}')\nend\n"
-        ),
-    )?;
-    let before = waited_children_ticks();
-    let text = output(
-        Command::new("wrk")
-            .args([
-                "-t1",
-                &format!("-c{WRK_CONNECTIONS}"),
-                &format!("-d{WRK_SECS}s"),
-            ])
-            .arg("-s")
-            .arg(&script)
-            .arg(url),
-        Duration::from_secs(WRK_SECS + 60),
-        &dir.join("wrk.log"),
+    wrk_run(
+        url,
+        &post_bookings_lua(&level, "wrk-", 0, 1),
+        WRK_CONNECTIONS,
+        WRK_SECS,
+        "wrk",
+        dir,
         started,
     )
-    .context("wrk (scripts/setup installs it)")?;
-    let cpu_s = waited_children_ticks().saturating_sub(before) as f64 / cpu::TICKS_PER_S;
-    std::fs::write(dir.join("wrk.out"), &text)?;
-    Ok(Wrk {
-        requests: text
-            .lines()
-            .find(|l| l.contains("requests in"))
-            .and_then(|l| number_after(l, ""))
-            .unwrap_or(f64::NAN),
-        rps: line(&text, "Requests/sec:")
-            .and_then(|l| number_after(l, "Requests/sec:"))
-            .unwrap_or(f64::NAN),
-        non_2xx: line(&text, "Non-2xx")
-            .and_then(|l| number_after(l, "responses:"))
-            .unwrap_or(0.0),
-        cpu_s,
-    })
 }
 
 /// The release binaries this run starts.
@@ -720,60 +478,6 @@ impl Bins {
     }
 }
 
-/// A figure, or the error that stopped its part.
-type Part<T> = Result<T, String>;
-
-fn part<T>(name: &str, f: impl FnOnce() -> anyhow::Result<T>) -> Part<T> {
-    let t = Instant::now();
-    eprintln!("bench: {name} …");
-    let r = f().map_err(|e| format!("{e:#}"));
-    match &r {
-        Ok(_) => eprintln!("bench: {name} done in {:.0} s", t.elapsed().as_secs_f64()),
-        Err(e) => eprintln!("bench: {name} failed: {e}"),
-    }
-    r
-}
-
-fn thousands(x: f64) -> String {
-    if !x.is_finite() {
-        return "?".into();
-    }
-    let n = x.round() as i64;
-    let s = n.abs().to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 { format!("-{out}") } else { out }
-}
-
-struct Table(Vec<[String; 3]>);
-
-impl Table {
-    fn row(
-        &mut self,
-        what: impl Into<String>,
-        figure: impl Into<String>,
-        ratio: impl Into<String>,
-    ) {
-        self.0.push([what.into(), figure.into(), ratio.into()]);
-    }
-    fn failed(&mut self, what: &str, e: &str) {
-        let first = e.lines().next().unwrap_or(e);
-        self.row(what, format!("not measured: {first}"), "");
-    }
-    fn print(&self) {
-        println!("| measurement | figure | ratio |");
-        println!("|---|---|---|");
-        for [a, b, c] in &self.0 {
-            println!("| {a} | {b} | {c} |");
-        }
-    }
-}
-
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let skip_capacity = args.iter().any(|a| a == "--skip-capacity");
@@ -787,30 +491,7 @@ fn main() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("sellout-bench-{:08x}", rand::random::<u32>()));
     std::fs::create_dir_all(&dir)?;
     let started: Started = Arc::new(Mutex::new(Vec::new()));
-    {
-        let started = started.clone();
-        ctrlc::set_handler(move || {
-            // every child: SIGINT (a `scenarios` child then stops its own),
-            // 10 s to go, then SIGKILL
-            let signal = |s| {
-                let mut pids = cpu::children();
-                pids.extend(started.lock().iter().copied());
-                for pid in pids {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), s);
-                }
-            };
-            signal(nix::sys::signal::Signal::SIGINT);
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(10)
-                && cpu::children().iter().any(|p| cpu::stat_of(*p).is_some())
-            {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            signal(nix::sys::signal::Signal::SIGKILL);
-            eprintln!("bench: interrupted; every process it started is stopped");
-            std::process::exit(130);
-        })?;
-    }
+    stop_children_on_ctrlc(&started, "bench")?;
     let t0 = Instant::now();
     let load_before = capacity::loadavg();
     let sampler = Sampler::start();

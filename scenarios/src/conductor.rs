@@ -630,8 +630,12 @@ impl Conductor {
                 return out;
             }
             // opened first: a kill point fires inside the instance the
-            // moment the window opens, before the counters are read
-            record.opened_at = Some(Instant::now());
+            // moment the window opens, before the counters are read. The
+            // window as scheduled, not when this task woke: the instance
+            // fires on its own clock at `open_at`, and on a busy runtime
+            // this task wakes late (a point kill's connection errors 40 ms
+            // before a late stamp were once counted outside its window)
+            record.opened_at = Some(open_at);
             let before = self.counters().await;
             if let Err(e) = self.open(spec, &mut record).await {
                 record.error = Some(e);

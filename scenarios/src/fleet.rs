@@ -604,15 +604,17 @@ impl Fleet {
         remote: &Remote,
         method: reqwest::Method,
         path: &str,
-        body: Option<Value>,
+        text: Option<String>,
     ) -> Result<Value, FleetError> {
         let url = format!("{}{path}", remote.base);
         let mut req = remote.http.request(method, &url);
         if let Some(t) = &remote.token {
             req = req.bearer_auth(t);
         }
-        if let Some(b) = body {
-            req = req.json(&b);
+        if let Some(text) = text {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "text/plain")
+                .body(text);
         }
         let err = |e: String| FleetError::Target(url.clone(), e);
         let resp = req.send().await.map_err(|e| err(e.to_string()))?;
@@ -635,18 +637,25 @@ impl Fleet {
         Ok(serde_json::to_value(ops::reset(s).await?).unwrap_or(Value::Null))
     }
 
-    /// `load-candidates`.
+    /// `load-candidates`: candidates newly eligible. On a target, the list
+    /// goes in requests of at most [`ops::LOAD_BODY_BYTES_MAX`] bytes.
     pub async fn load_candidates(&self, list: &[String]) -> Result<u64, FleetError> {
         if let Some(r) = &self.remote {
-            let v = self
-                .remote_call(
-                    r,
-                    reqwest::Method::POST,
-                    "/ops/load-candidates",
-                    Some(json!(list)),
-                )
-                .await?;
-            return Ok(v["added"].as_u64().unwrap_or(0));
+            let bodies = ops::load_request_bodies(list)
+                .map_err(|e| FleetError::Target(r.base.clone(), e))?;
+            let mut added = 0;
+            for body in bodies {
+                let v = self
+                    .remote_call(r, reqwest::Method::POST, "/ops/load-candidates", Some(body))
+                    .await?;
+                added += v["added"].as_u64().ok_or_else(|| {
+                    FleetError::Target(
+                        r.base.clone(),
+                        format!("a load report without `added`: {v}"),
+                    )
+                })?;
+            }
+            return Ok(added);
         }
         Ok(ops::load_candidates(self.local()?, list).await?.added)
     }

@@ -17,7 +17,7 @@
 //! | `one_booking_per_candidate` | records, ledger marks, emails, gateway | no candidate has two bookings: *live*, every record agrees with its candidate's ledger mark (its paid mark, or its held hold at the record's level, is the record's payment: the store keys records by candidate, so a second live booking shows as a disagreement); no candidate was emailed for two payments; no candidate completed two payments at the gateway (where the gateway names the payer) | violations |
 //! | `no_throttling` | throttles | the record store reported no throttled request | throttled requests |
 //! | `dead_letter_queue_empty` | dead letters | no admission was given up on | dead letters |
-//! | `one_email_per_paid` | records, emails | every PAID booking has a confirmation, and only one, but for one repeat where the email sweep recovered the send (its winner may have sent it before dying: an unknown outcome); no payment that is not PAID has any | violations |
+//! | `one_email_per_paid` | records, emails | every PAID booking has at least one confirmation, and repeats only by the email sweep: one per send it recovered (the send before had an outcome nobody knew: the server took it and its answer was lost, or the mark failed); no payment that is not PAID has any | violations |
 //! | `status_matches_counters` | the current status document | it says what the counters say: sale, open flag, cap and taken per level | violations |
 //! | `status_never_showed_full_level_open` | landed documents | no document landed showing a full level (or a closed sale) open, and none was unreadable | violations |
 //! | `status_writes_in_read_order` | landed documents | no document was built from an older read of the counters than one that landed before it (an older read landing last can show a level that has filled as open) | violations |
@@ -394,9 +394,11 @@ pub fn one_email_per_paid(s: &SaleSnapshot) -> Verdict {
     let mut repeats = 0;
     for r in &paid {
         let (n, recovered) = per_payment.get(&r.payment_id).copied().unwrap_or((0, 0));
-        // a recovered send may repeat the winner's, whose outcome was
-        // unknown: one repeat, and only then
-        if n == 0 || n > 2 || (n == 2 && recovered == 0) {
+        // every repeat is a send by the email sweep, which sends only what
+        // is still owed: the send before it had an outcome nobody knew (a
+        // server that took the message and lost its answer, or a mark that
+        // failed). One repeat per recovered send, and no other
+        if n == 0 || n > 1 + recovered {
             problems.push(format!(
                 "{} ({}): {n} emails ({recovered} recovered)",
                 r.payment_id,

@@ -441,7 +441,7 @@ fn one_email_per_paid_fails_on_none_two_or_one_for_an_unpaid_booking() {
 }
 
 #[test]
-fn one_email_per_paid_allows_one_repeat_only_where_the_sweep_recovered_the_send() {
+fn one_email_per_paid_allows_a_repeat_only_per_send_the_sweep_recovered() {
     let recovered = Confirmation {
         recovered: true,
         ..email(1)
@@ -460,13 +460,19 @@ fn one_email_per_paid_allows_one_repeat_only_where_the_sweep_recovered_the_send(
     s.emails.retain(|e| e.payment_id != recovered.payment_id);
     s.emails.push(recovered.clone());
     assert!(one_email_per_paid(&s).passed);
-    // a third send is no unknown outcome's repeat
+    // two recovered sends, each after an unknown outcome: two repeats
     let mut s = live();
     s.emails.push(recovered.clone());
+    s.emails.push(recovered.clone());
+    let v = one_email_per_paid(&s);
+    assert!(v.passed && v.detail.contains("2 repeats"), "{v:?}");
+    // a repeat that is not the sweep's is no unknown outcome's repeat
+    let mut s = live();
     s.emails.push(recovered);
+    s.emails.push(email(1));
     let v = one_email_per_paid(&s);
     assert!(
-        !v.passed && v.detail.contains("3 emails (2 recovered)"),
+        !v.passed && v.detail.contains("3 emails (1 recovered)"),
         "{v:?}"
     );
 }

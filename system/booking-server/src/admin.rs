@@ -9,6 +9,8 @@
 //! | GET | `/ops/status` | | [`StatusReport`](crate::ops::StatusReport) (reads every record: an operator's look, not a poll) |
 //! | GET | `/ops/counters` | | the ledger's [`Counters`](booking::ledger::Counters) (open, per-level counts, paid), one O(levels) read: what a live view polls |
 //! | GET | `/ops/audit[?gateway=URL]` | | [`AuditReport`](crate::ops::AuditReport); with `gateway`, its `/__mock/ledger` is fetched for the ground-truth checks |
+//! | GET | `/ops/emails/pending` | | [`EmailsPending`](crate::ops::EmailsPending): PAID bookings whose email is owed, oldest first |
+//! | POST | `/ops/emails/resend` | none | [`EmailsResent`](crate::ops::EmailsResent): the email sweep, now |
 //!
 //! With `admin_token` configured every route needs `Authorization: Bearer
 //! <token>` (401 otherwise). A failed step answers 503 with `{"error": …}`.
@@ -22,7 +24,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -39,12 +41,17 @@ pub const GATEWAY_LEDGER_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn routes(server: Arc<Server>) -> Router {
     Router::new()
         .route("/ops/reset", post(reset))
-        .route("/ops/load-candidates", post(load_candidates))
+        .route(
+            "/ops/load-candidates",
+            post(load_candidates).layer(DefaultBodyLimit::max(ops::LOAD_BODY_BYTES_MAX)),
+        )
         .route("/ops/open", post(open))
         .route("/ops/close", post(close))
         .route("/ops/status", get(status))
         .route("/ops/counters", get(counters))
         .route("/ops/audit", get(audit))
+        .route("/ops/emails/pending", get(emails_pending))
+        .route("/ops/emails/resend", post(emails_resend))
         .with_state(server)
 }
 
@@ -110,6 +117,20 @@ async fn load_candidates(
         Ok(list) => answer(ops::load_candidates(&server, list).await),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
+}
+
+async fn emails_pending(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&server, &headers) {
+        return r;
+    }
+    answer(ops::emails_pending(&server).await)
+}
+
+async fn emails_resend(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&server, &headers) {
+        return r;
+    }
+    answer(ops::emails_resend(&server).await)
 }
 
 async fn open(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {

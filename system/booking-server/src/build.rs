@@ -646,13 +646,16 @@ async fn build_with(
         }
         StackKind::Aws => aws_parts(config, &clock, first).await?,
     };
+    // `[mail]`: SMTP in front of the stack's own log, if configured
+    let (mailer, outputs) =
+        crate::mail::mail_ports(&config.mail, parts.mailer.clone(), parts.outputs.clone())?;
     let bare = Ports {
         ledger,
         records: parts.records,
         stream: parts.stream,
         queue: parts.queue,
         coordination,
-        mailer: parts.mailer,
+        mailer,
         alerts: parts.alerts,
         status_sink: parts.status_sink,
         clock,
@@ -736,7 +739,7 @@ async fn build_with(
     );
     Ok(Server {
         stack,
-        outputs: parts.outputs,
+        outputs,
         local_outputs: parts.local_outputs,
         ttl: parts.ttl,
         embedded: parts.embedded,

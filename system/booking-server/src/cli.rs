@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 
 use crate::config::ServeArgs;
+use crate::ops;
 
 /// The `booking` binary.
 #[derive(Debug, clap::Parser)]
@@ -82,6 +83,23 @@ pub enum Command {
         #[arg(long)]
         gateway: Option<String>,
     },
+    /// Confirmation emails still owed: list them, or send them now.
+    Emails {
+        /// What to do.
+        #[command(subcommand)]
+        action: EmailsAction,
+    },
+}
+
+/// `booking emails …`.
+#[derive(Debug, Clone, Copy, clap::Subcommand)]
+pub enum EmailsAction {
+    /// PAID bookings whose email was never marked sent, oldest first.
+    Pending,
+    /// Send every owed email paid more than a sweep interval ago, now
+    /// (marked recovered; its Message-ID lets a receiver drop a repeat);
+    /// exit status 1 if one is still owed.
+    Resend,
 }
 
 /// Runs `provision`, printing its report as JSON.
@@ -96,6 +114,62 @@ pub async fn run_provision(serve: &ServeArgs, allow_unsupported: bool) -> anyhow
         serde_json::to_string_pretty(&done)?
     );
     Ok(())
+}
+
+/// `load-candidates`: the list in requests of at most
+/// [`ops::LOAD_BODY_BYTES_MAX`] bytes, in order; prints the reports summed.
+/// A request refused stops the load there (what the earlier ones added
+/// stays eligible; loading the same list again adds only the rest).
+async fn load_candidates(
+    http: &reqwest::Client,
+    base: &str,
+    token: Option<&str>,
+    file: &std::path::Path,
+) -> anyhow::Result<bool> {
+    let text = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let list = crate::admin::parse_candidate_list(text.as_bytes()).map_err(anyhow::Error::msg)?;
+    let bodies = ops::load_request_bodies(&list).map_err(anyhow::Error::msg)?;
+    let mut total = ops::LoadReport::default();
+    for (i, body) in bodies.into_iter().enumerate() {
+        let mut request = http
+            .post(format!("{base}/ops/load-candidates"))
+            .header(reqwest::header::CONTENT_TYPE, "text/plain")
+            .body(body);
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        let resp = request
+            .send()
+            .await
+            .with_context(|| format!("calling {base}"))?;
+        let status = resp.status();
+        let answer: serde_json::Value = resp.json().await.context("reading the answer")?;
+        if !status.is_success() {
+            let _ = writeln!(
+                std::io::stdout(),
+                "{}",
+                serde_json::to_string_pretty(&answer)?
+            );
+            bail!(
+                "{base} answered {status} to request {} (the {} before it were loaded: {total:?})",
+                i + 1,
+                i
+            );
+        }
+        total += serde_json::from_value(answer).context("reading the load report")?;
+    }
+    let _ = writeln!(
+        std::io::stdout(),
+        "{}",
+        serde_json::to_string_pretty(&total)?
+    );
+    Ok(true)
 }
 
 /// Runs an ops subcommand against `cli.server`, printing the JSON answer.
@@ -113,19 +187,14 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
         Command::Open => http.post(format!("{base}/ops/open")),
         Command::Close => http.post(format!("{base}/ops/close")),
         Command::Status => http.get(format!("{base}/ops/status")),
+        Command::Emails {
+            action: EmailsAction::Pending,
+        } => http.get(format!("{base}/ops/emails/pending")),
+        Command::Emails {
+            action: EmailsAction::Resend,
+        } => http.post(format!("{base}/ops/emails/resend")),
         Command::LoadCandidates { file } => {
-            let body = if file.as_os_str() == "-" {
-                let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-                    .context("reading stdin")?;
-                s
-            } else {
-                std::fs::read_to_string(file)
-                    .with_context(|| format!("reading {}", file.display()))?
-            };
-            http.post(format!("{base}/ops/load-candidates"))
-                .header(reqwest::header::CONTENT_TYPE, "text/plain")
-                .body(body)
+            return load_candidates(&http, base, cli.token.as_deref(), file).await;
         }
         Command::Audit { gateway } => {
             let r = http.get(format!("{base}/ops/audit"));
@@ -149,6 +218,12 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
     );
     if !status.is_success() {
         bail!("{base} answered {status}");
+    }
+    if let Command::Emails {
+        action: EmailsAction::Resend,
+    } = cli.command
+    {
+        return Ok(body.get("failed").and_then(serde_json::Value::as_u64) == Some(0));
     }
     if let Command::Audit { .. } = cli.command {
         return Ok(body.get("passed").and_then(serde_json::Value::as_bool) == Some(true));

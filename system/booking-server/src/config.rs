@@ -355,6 +355,55 @@ pub struct ServerConfig {
     /// the ports are not wrapped at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub faults: Option<FaultsConfig>,
+    /// Where confirmation emails go.
+    pub mail: MailConfig,
+}
+
+/// Where confirmation emails go (`[mail] kind`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MailKind {
+    /// The stack's own output log, the default: in process on the embedded
+    /// stack, the fleet's shared Redis list on Redis and AWS.
+    #[default]
+    Outputs,
+    /// An SMTP server (`[mail.smtp]`). Each email the server took is also
+    /// logged in the stack's output log, which the audit reads unless
+    /// `readback_maildir` is set.
+    Smtp,
+}
+
+/// `[mail]`: where confirmation emails go, and where the audit reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MailConfig {
+    /// The mailer.
+    pub kind: MailKind,
+    /// The SMTP server, for `kind = "smtp"` (its password from the
+    /// environment variable `password_env` names).
+    pub smtp: booking_smtp::SmtpConfig,
+    /// A Maildir the SMTP server delivers into, readable by this instance
+    /// (`scripts/smtp-sink` writes one): the audit then counts the emails
+    /// delivered there, as the candidates received them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readback_maildir: Option<PathBuf>,
+}
+
+impl MailConfig {
+    /// Checks `[mail]`: SMTP settings that work and leak nothing, and a
+    /// read-back Maildir only with SMTP.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        match self.kind {
+            MailKind::Smtp => self
+                .smtp
+                .check()
+                .map_err(|e| ConfigError::Invalid(format!("mail.{e}"))),
+            MailKind::Outputs if self.readback_maildir.is_some() => Err(ConfigError::Invalid(
+                "mail.readback_maildir is for kind = \"smtp\"".into(),
+            )),
+            MailKind::Outputs => Ok(()),
+        }
+    }
 }
 
 /// `[faults]`: the fault schedule a rehearsal arms one instance with (see
@@ -421,6 +470,7 @@ impl Default for ServerConfig {
             admin_token: None,
             environment: Environment::Production,
             faults: None,
+            mail: MailConfig::default(),
         }
     }
 }
@@ -515,6 +565,7 @@ impl ServerConfig {
                 .validate()
                 .map_err(|e| ConfigError::Invalid(format!("faults.schedule: {e}")))?;
         }
+        self.mail.check()?;
         if self.levels.is_empty() {
             return bad("at least one level is needed".into());
         }

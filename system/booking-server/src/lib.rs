@@ -30,6 +30,7 @@ pub mod cli;
 pub mod config;
 pub mod faults_routes;
 pub mod kill;
+pub mod mail;
 pub mod ops;
 pub mod run;
 

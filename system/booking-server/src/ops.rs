@@ -117,6 +117,143 @@ pub struct LoadReport {
     pub batches: u64,
 }
 
+impl std::ops::AddAssign for LoadReport {
+    /// Two requests' reports as one (a long list goes in several).
+    fn add_assign(&mut self, other: LoadReport) {
+        self.read += other.read;
+        self.added += other.added;
+        self.batches += other.batches;
+    }
+}
+
+/// The largest `/ops/load-candidates` body the server takes. A longer list
+/// goes in several requests ([`load_request_bodies`]): the article's 40,000
+/// hashes are 2.6 MB as text, 4 million are 260 MB.
+pub const LOAD_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// A candidate list as `/ops/load-candidates` bodies, in order: text, one
+/// entry per line, each body at most [`LOAD_BODY_BYTES_MAX`] bytes. An entry
+/// that alone is longer than that (no candidate is) is an error.
+pub fn load_request_bodies<I, S>(list: I) -> Result<Vec<String>, String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut bodies = Vec::new();
+    let mut body = String::new();
+    for entry in list {
+        let entry = entry.as_ref();
+        if entry.contains('\n') {
+            return Err(format!("a candidate entry holds a line break: {entry:?}"));
+        }
+        if entry.len() + 1 > LOAD_BODY_BYTES_MAX {
+            return Err(format!(
+                "a candidate entry of {} bytes is longer than a whole request may be",
+                entry.len()
+            ));
+        }
+        if body.len() + entry.len() + 1 > LOAD_BODY_BYTES_MAX {
+            bodies.push(std::mem::take(&mut body));
+        }
+        body.push_str(entry);
+        body.push('\n');
+    }
+    if !body.is_empty() {
+        bodies.push(body);
+    }
+    Ok(bodies)
+}
+
+/// Owed emails listed by `emails pending` at most.
+pub const EMAILS_LISTED_MAX: usize = 1_000;
+
+/// A confirmation email still owed: a PAID booking whose email was never
+/// marked sent (its sender died, its mailer failed, or its mark failed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwedEmail {
+    /// Who paid.
+    pub candidate: String,
+    /// The payment.
+    pub payment_id: String,
+    /// The seat's level.
+    pub level: String,
+    /// When it was paid, ms since the epoch.
+    pub paid_ms: Option<u64>,
+    /// How long ago, ms (by this instance's clock).
+    pub owed_for_ms: u64,
+}
+
+/// What `emails pending` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmailsPending {
+    /// The owed emails, oldest paid first, at most [`EMAILS_LISTED_MAX`].
+    pub owed: Vec<OwedEmail>,
+    /// More are owed than listed.
+    pub truncated: bool,
+}
+
+/// `emails pending`: every PAID booking of the sale whose email is owed,
+/// oldest paid first.
+pub async fn emails_pending(server: &Server) -> Result<EmailsPending, OpsError> {
+    let stack = &server.stack;
+    let now = stack.clock.now_ms();
+    let mut owed = stack
+        .records
+        .owed_emails(now.saturating_add(1), EMAILS_LISTED_MAX + 1)
+        .await?;
+    owed.retain(|r| r.sale == stack.sale);
+    let truncated = owed.len() > EMAILS_LISTED_MAX;
+    owed.truncate(EMAILS_LISTED_MAX);
+    Ok(EmailsPending {
+        owed: owed
+            .into_iter()
+            .map(|r| OwedEmail {
+                candidate: r.candidate.to_string(),
+                payment_id: r.payment_id.to_string(),
+                level: r.level.to_string(),
+                paid_ms: r.paid_ms,
+                owed_for_ms: r.paid_ms.map_or(0, |p| now.saturating_sub(p)),
+            })
+            .collect(),
+        truncated,
+    })
+}
+
+/// What `emails resend` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmailsResent {
+    /// Owed emails found (paid more than a sweep interval ago).
+    pub owed: u64,
+    /// Sent and marked.
+    pub sent: u64,
+    /// Still owed (the mailer failed, or the mark did).
+    pub failed: u64,
+}
+
+/// `emails resend`: the email sweep, now, over every owed email paid more
+/// than a sweep interval ago (a winner still sending is left alone, as the
+/// reconciler's sweep leaves it), at most [`EMAILS_LISTED_MAX`]; each sent
+/// as recovered (its Message-ID lets a receiver drop a repeat).
+pub async fn emails_resend(server: &Server) -> Result<EmailsResent, OpsError> {
+    let stack = &server.stack;
+    let before = stack
+        .clock
+        .now_ms()
+        .saturating_sub(stack.settings.sweep_interval.as_millis() as u64);
+    let sweep = booking_service::confirm::send_owed_emails(
+        stack.confirm_ports(),
+        &stack.sale,
+        before,
+        EMAILS_LISTED_MAX,
+    )
+    .await?;
+    Ok(EmailsResent {
+        owed: sweep.owed,
+        sent: sweep.sent,
+        failed: sweep.failed,
+    })
+}
+
 /// A list entry as a candidate: 64 hex digits are taken as the hash already
 /// computed, anything else as a raw identifier to hash. Blank and `#` lines
 /// are `None`.
@@ -293,6 +430,53 @@ pub async fn audit(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_long_list_goes_in_bodies_under_the_limit_in_order() {
+        let list: Vec<String> = (0..70_000)
+            .map(|i| CandidateHash::of(&format!("c{i}")).as_str().to_owned())
+            .collect();
+        let bodies = load_request_bodies(&list).unwrap();
+        assert_eq!(bodies.len(), 3, "70,000 × 65 bytes in 2 MiB bodies");
+        assert!(bodies.iter().all(|b| b.len() <= LOAD_BODY_BYTES_MAX));
+        let back: Vec<&str> = bodies.iter().flat_map(|b| b.lines()).collect();
+        assert_eq!(back, list.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(
+            load_request_bodies(Vec::<String>::new())
+                .unwrap()
+                .is_empty()
+        );
+        assert!(load_request_bodies(["a\nb"]).is_err(), "a line break");
+        let long = "x".repeat(LOAD_BODY_BYTES_MAX);
+        assert!(
+            load_request_bodies([long.as_str()]).is_err(),
+            "longer than a body"
+        );
+        let fits = "x".repeat(LOAD_BODY_BYTES_MAX - 1);
+        assert_eq!(load_request_bodies([fits.as_str(), "y"]).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn load_reports_add_up() {
+        let mut a = LoadReport {
+            read: 3,
+            added: 2,
+            batches: 1,
+        };
+        a += LoadReport {
+            read: 5,
+            added: 4,
+            batches: 2,
+        };
+        assert_eq!(
+            a,
+            LoadReport {
+                read: 8,
+                added: 6,
+                batches: 3
+            }
+        );
+    }
 
     #[test]
     fn list_entries_are_hashes_or_raw_ids() {

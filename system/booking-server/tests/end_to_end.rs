@@ -15,12 +15,16 @@
 
 #[path = "../../booking-redis/tests/support/redis_server.rs"]
 mod redis_server;
+#[path = "../../booking-smtp/tests/support/smtp_sink.rs"]
+mod smtp_sink;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use booking::{Level, SaleId, Settings};
-use booking_server::config::{AwsStackConfig, LevelConfig, ServerConfig, StackConfig, StackKind};
+use booking_server::config::{
+    AwsStackConfig, LevelConfig, MailConfig, MailKind, ServerConfig, StackConfig, StackKind,
+};
 use mock_gateway::payer::{Behaviour, Payer};
 use redis_server::RedisServer;
 use serde_json::{Value, json};
@@ -54,7 +58,7 @@ struct Harness {
 
 impl Harness {
     /// The mock gateway and a server on `stack`, keys under `key_prefix`.
-    async fn start(stack: StackConfig, key_prefix: &str) -> Harness {
+    async fn start(stack: StackConfig, key_prefix: &str, mail: MailConfig) -> Harness {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let base = format!("http://{addr}");
@@ -84,6 +88,7 @@ impl Harness {
             settings: settings(),
             stack,
             key_prefix: key_prefix.into(),
+            mail,
             ..ServerConfig::default()
         };
         config.gateway.base_url = mock.url.clone();
@@ -258,7 +263,37 @@ async fn a_rehearsal_holds_every_invariant_and_releases_abandoned_seats() {
         kind: StackKind::Embedded,
         ..StackConfig::default()
     };
-    rehearsal(stack, "e2e", &[]).await;
+    rehearsal(stack, "e2e", &[], MailConfig::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rehearsal_mailing_over_smtp_delivers_one_email_per_paid_booking() {
+    // a real SMTP server (aiosmtpd); the audit counts what it delivered
+    let sink = smtp_sink::Sink::start(&[]);
+    let mail = MailConfig {
+        kind: MailKind::Smtp,
+        smtp: booking_smtp::SmtpConfig {
+            host: "127.0.0.1".into(),
+            port: sink.port,
+            tls: booking_smtp::SmtpTls::None,
+            ..booking_smtp::SmtpConfig::default()
+        },
+        readback_maildir: Some(sink.maildir.clone()),
+    };
+    let stack = StackConfig {
+        kind: StackKind::Embedded,
+        ..StackConfig::default()
+    };
+    rehearsal(stack, "e2e", &[], mail).await;
+    let delivered = sink.log().delivered().unwrap();
+    let mut ids: Vec<&str> = delivered.iter().map(|d| d.message_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (delivered.len(), ids.len()),
+        (4, 4),
+        "one email per paid booking, each its own Message-ID: {delivered:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -270,7 +305,13 @@ async fn a_rehearsal_on_redis_holds_every_invariant_and_releases_abandoned_seats
         redis_pool_size: 16,
         ..StackConfig::default()
     };
-    rehearsal(stack, &format!("e2e-{:016x}", rand::random::<u64>()), &[]).await;
+    rehearsal(
+        stack,
+        &format!("e2e-{:016x}", rand::random::<u64>()),
+        &[],
+        MailConfig::default(),
+    )
+    .await;
     drop(redis);
 }
 
@@ -308,7 +349,13 @@ async fn a_rehearsal_on_aws_holds_every_invariant_and_fills_the_back_office() {
         !again.aws.as_ref().unwrap().changed() && again.migrations_applied.is_empty(),
         "idempotent"
     );
-    rehearsal(stack, &format!("e2e-{id}"), &["paid_in_back_office"]).await;
+    rehearsal(
+        stack,
+        &format!("e2e-{id}"),
+        &["paid_in_back_office"],
+        MailConfig::default(),
+    )
+    .await;
     let office = booking_postgres::BackOffice::connect(&postgres, &format!("e2e_{id}"))
         .await
         .unwrap();
@@ -323,8 +370,13 @@ async fn a_rehearsal_on_aws_holds_every_invariant_and_fills_the_back_office() {
 
 /// Reset → load → open → book → pay some, abandon some → released → audit →
 /// rebook → audit → close → audit, on `stack`.
-async fn rehearsal(stack: StackConfig, key_prefix: &str, more_invariants: &[&str]) {
-    let h = Harness::start(stack, key_prefix).await;
+async fn rehearsal(
+    stack: StackConfig,
+    key_prefix: &str,
+    more_invariants: &[&str],
+    mail: MailConfig,
+) {
+    let h = Harness::start(stack, key_prefix, mail).await;
     let payer = Payer::new(Duration::from_secs(10)).unwrap();
 
     // reset, load, open
@@ -518,4 +570,90 @@ async fn ops_routes_need_the_admin_token_when_one_is_configured() {
         .expect("server stops")
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn emails_owed_while_smtp_is_down_are_listed_then_resent_once() {
+    // nothing listens on the SMTP port yet: the winner's send fails
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let maildir = smtp_sink::temp_dir("owed");
+    let mail = MailConfig {
+        kind: MailKind::Smtp,
+        smtp: booking_smtp::SmtpConfig {
+            host: "127.0.0.1".into(),
+            port,
+            tls: booking_smtp::SmtpTls::None,
+            timeout_ms: 2_000,
+            ..booking_smtp::SmtpConfig::default()
+        },
+        readback_maildir: Some(maildir.clone()),
+    };
+    let stack = StackConfig {
+        kind: StackKind::Embedded,
+        ..StackConfig::default()
+    };
+    let h = Harness::start(stack, "e2e-owed", mail).await;
+    let payer = Payer::new(Duration::from_secs(10)).unwrap();
+    assert_eq!(h.post("/ops/reset", None).await.0, 200);
+    let (code, _) = h
+        .post("/ops/load-candidates", Some(json!(["owed-0", "owed-1"])))
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(h.post("/ops/open", None).await.0, 200);
+    let mut paid = Vec::new();
+    for c in ["owed-0", "owed-1"] {
+        let (code, b) = h.book(c, "gold").await;
+        assert_eq!(code, 201, "{b}");
+        pay(&payer, &b, Behaviour::PayNow).await;
+        paid.push(b["payment_id"].as_str().unwrap().to_owned());
+    }
+    let owed = h.get("/ops/emails/pending").await.1;
+    let mut listed: Vec<String> = owed["owed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["payment_id"].as_str().unwrap().to_owned())
+        .collect();
+    listed.sort();
+    paid.sort();
+    assert_eq!(
+        listed, paid,
+        "both emails are owed while SMTP is down: {owed}"
+    );
+    assert_eq!(owed["truncated"], false);
+
+    // the server comes up; `booking emails resend` sends what is owed
+    let sink = smtp_sink::Sink::start_in(maildir, &["--port", &port.to_string()]);
+    tokio::time::sleep(Duration::from_millis(600)).await; // past the e2e sweep interval
+    let base = h.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_booking"))
+            .args(["--server", &base, "emails", "resend"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let resent: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(out.status.success(), "{resent}");
+    assert_eq!(resent["failed"], 0, "{resent}");
+    let (code, left) = h.get("/ops/emails/pending").await;
+    assert_eq!(code, 200, "{left}");
+    assert!(left["owed"].as_array().unwrap().is_empty(), "{left}");
+    // exactly one email per paid booking reached the server (whoever sent
+    // it: this resend or the reconciler's sweep), marked recovered
+    let delivered = sink.log().delivered().unwrap();
+    let mut got: Vec<String> = delivered
+        .iter()
+        .map(|d| d.confirmation.payment_id.to_string())
+        .collect();
+    got.sort();
+    assert_eq!(got, paid, "{delivered:?}");
+    assert!(delivered.iter().all(|d| d.confirmation.recovered));
+    assert_passed_with(&h.audit().await, &[]);
+    h.stop().await;
 }

@@ -499,6 +499,17 @@ async fn send_and_mark(
     recovered: bool,
 ) -> EmailOutcome {
     let confirmation = Confirmation::of(record, trx_id, recovered);
+    if ports.bugs.on(Bug::EmailLatchBeforeSend) {
+        // the zoo's trap: the old order, the mark before the send; a send
+        // that fails now loses the email (nothing owes it any more)
+        let marked = mark_sent(ports, record).await;
+        if let Err(e) = ports.mailer.send(&confirmation).await {
+            tracing::error!(candidate = %record.candidate, error = %e,
+                "email marked sent, then its send failed: lost");
+            return EmailOutcome::SendFailed(e);
+        }
+        return marked;
+    }
     if let Err(e) = ports.mailer.send(&confirmation).await {
         alert(
             ports.alerts,

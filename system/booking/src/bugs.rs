@@ -20,6 +20,7 @@
 //! | `token_grant_per_instance` | every instance grants its own gateway token |
 //! | `execute_after_deadline` | the callback executes even after the hold deadline |
 //! | `email_before_paid` | the confirmation email goes out before the HELD→PAID update |
+//! | `email_latch_before_send` | the email is marked sent before the send: a failed send loses it |
 //! | `no_stale_pending_cleanup` | the reconciler never undoes a stale pending admission, so a seat whose instance died between the admit and the queued booking stays counted forever |
 //! | `ignore_lost_redis_connection` | the Redis pool keeps handing out a connection whose command failed (I/O error, dropped link), so an instance never reconnects after Redis restarts |
 //! | `redis_without_persistence` | the ledger's Redis keeps no append-only file: a restart forgets every counted seat (the process fleet starts its `redis-server` so) |
@@ -63,6 +64,10 @@ pub enum Bug {
     ExecuteAfterDeadline,
     /// The email goes out before the PAID update.
     EmailBeforePaid,
+    /// The email is marked sent before it is sent (the old order): a mailer
+    /// that fails after the mark, or a sender that dies there, loses the
+    /// email for good (nothing owes it any more).
+    EmailLatchBeforeSend,
     /// The reconciler's stale-pending sweep is off: an admission whose
     /// instance died before its booking was queued (counted, no payment, no
     /// record) keeps its seat forever.
@@ -79,7 +84,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every bug, in the table's order.
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 16] = [
         Bug::SmallRedisPool,
         Bug::RebookCountedAsDuplicate,
         Bug::UnguardedUndo,
@@ -92,6 +97,7 @@ impl Bug {
         Bug::TokenGrantPerInstance,
         Bug::ExecuteAfterDeadline,
         Bug::EmailBeforePaid,
+        Bug::EmailLatchBeforeSend,
         Bug::NoStalePendingCleanup,
         Bug::IgnoreLostRedisConnection,
         Bug::RedisWithoutPersistence,
@@ -112,6 +118,7 @@ impl Bug {
             Bug::TokenGrantPerInstance => "token_grant_per_instance",
             Bug::ExecuteAfterDeadline => "execute_after_deadline",
             Bug::EmailBeforePaid => "email_before_paid",
+            Bug::EmailLatchBeforeSend => "email_latch_before_send",
             Bug::NoStalePendingCleanup => "no_stale_pending_cleanup",
             Bug::IgnoreLostRedisConnection => "ignore_lost_redis_connection",
             Bug::RedisWithoutPersistence => "redis_without_persistence",

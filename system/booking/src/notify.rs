@@ -51,6 +51,14 @@ impl Confirmation {
             recovered,
         }
     }
+
+    /// The email's Message-ID, `<payment.sale@domain>`: the same for every
+    /// send of this booking's confirmation (the winner's and the email
+    /// sweep's alike), so a receiver can drop a repeat. Ids hold only
+    /// letters, digits, `-` and `_`, which a Message-ID takes as they are.
+    pub fn message_id(&self, domain: &str) -> String {
+        format!("<{}.{}@{domain}>", self.payment_id, self.sale)
+    }
 }
 
 /// Sends confirmation emails. Sent only after the HELD→PAID update succeeded,
