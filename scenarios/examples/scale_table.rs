@@ -114,6 +114,15 @@ struct Deployment {
     used_before: u64,
 }
 
+impl Deployment {
+    /// Stops the mock gateway, then the instances, then Redis.
+    fn stop(self, runtime: &tokio::runtime::Runtime) {
+        runtime.block_on(self.mock.stop());
+        drop(self.instances);
+        drop(self.redis);
+    }
+}
+
 fn used_memory(port: u16) -> anyhow::Result<u64> {
     let info = redis_cli(port, &["INFO", "memory"])?;
     common::line(&info, "used_memory:")
@@ -294,12 +303,11 @@ fn size_row(
     let mut wrk = book_everywhere(&d, o.secs, started, &dir);
     let redis_after = (used_memory(d.redis_port)? - d.used_before) as f64;
     let rss_after = rss_bytes(pid).map_or(f64::NAN, |b| b as f64);
-    runtime.block_on(d.mock.stop());
-    drop(d.instances);
-    drop(d.redis);
+    let load_s = d.load_s;
+    d.stop(runtime);
     Ok(SizeRow {
         candidates,
-        load_s: d.load_s,
+        load_s,
         redis_loaded,
         redis_after,
         rss_loaded,
@@ -338,9 +346,7 @@ fn fleet_row(
         .filter_map(|(g, _)| rss_bytes(g.pid()))
         .map(|b| b as f64)
         .collect();
-    runtime.block_on(d.mock.stop());
-    drop(d.instances);
-    drop(d.redis);
+    d.stop(runtime);
     Ok(FleetRow {
         instances,
         rate: runs.iter().map(|w| w.rps).sum(),

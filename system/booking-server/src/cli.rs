@@ -116,6 +116,36 @@ pub async fn run_provision(serve: &ServeArgs, allow_unsupported: bool) -> anyhow
     Ok(())
 }
 
+/// Sends one ops request (with the token, if any): its status and JSON
+/// answer.
+async fn call(
+    request: reqwest::RequestBuilder,
+    token: Option<&str>,
+    base: &str,
+) -> anyhow::Result<(reqwest::StatusCode, serde_json::Value)> {
+    let request = match token {
+        Some(t) => request.bearer_auth(t),
+        None => request,
+    };
+    let resp = request
+        .send()
+        .await
+        .with_context(|| format!("calling {base}"))?;
+    let status = resp.status();
+    Ok((status, resp.json().await.context("reading the answer")?))
+}
+
+/// Prints a JSON answer (a closed pipe, `booking status | head`, is not an
+/// error worth a panic).
+fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
+    let _ = writeln!(
+        std::io::stdout(),
+        "{}",
+        serde_json::to_string_pretty(value)?
+    );
+    Ok(())
+}
+
 /// `load-candidates`: the list in requests of at most
 /// [`ops::LOAD_BODY_BYTES_MAX`] bytes, in order; prints the reports summed.
 /// A request refused stops the load there (what the earlier ones added
@@ -137,38 +167,21 @@ async fn load_candidates(
     let bodies = ops::load_request_bodies(&list).map_err(anyhow::Error::msg)?;
     let mut total = ops::LoadReport::default();
     for (i, body) in bodies.into_iter().enumerate() {
-        let mut request = http
+        let request = http
             .post(format!("{base}/ops/load-candidates"))
             .header(reqwest::header::CONTENT_TYPE, "text/plain")
             .body(body);
-        if let Some(t) = token {
-            request = request.bearer_auth(t);
-        }
-        let resp = request
-            .send()
-            .await
-            .with_context(|| format!("calling {base}"))?;
-        let status = resp.status();
-        let answer: serde_json::Value = resp.json().await.context("reading the answer")?;
+        let (status, answer) = call(request, token, base).await?;
         if !status.is_success() {
-            let _ = writeln!(
-                std::io::stdout(),
-                "{}",
-                serde_json::to_string_pretty(&answer)?
-            );
+            print_json(&answer)?;
             bail!(
-                "{base} answered {status} to request {} (the {} before it were loaded: {total:?})",
-                i + 1,
-                i
+                "{base} answered {status} to request {} (the {i} before it were loaded: {total:?})",
+                i + 1
             );
         }
         total += serde_json::from_value(answer).context("reading the load report")?;
     }
-    let _ = writeln!(
-        std::io::stdout(),
-        "{}",
-        serde_json::to_string_pretty(&total)?
-    );
+    print_json(&serde_json::to_value(&total)?)?;
     Ok(true)
 }
 
@@ -177,10 +190,6 @@ async fn load_candidates(
 pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
     let base = cli.server.trim_end_matches('/');
     let http = reqwest::Client::new();
-    let with_token = |r: reqwest::RequestBuilder| match &cli.token {
-        Some(t) => r.bearer_auth(t),
-        None => r,
-    };
     let request = match &cli.command {
         Command::Serve(_) | Command::Provision { .. } => bail!("not an ops step"),
         Command::Reset => http.post(format!("{base}/ops/reset")),
@@ -204,18 +213,8 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
             }
         }
     };
-    let resp = with_token(request)
-        .send()
-        .await
-        .with_context(|| format!("calling {base}"))?;
-    let status = resp.status();
-    let body: serde_json::Value = resp.json().await.context("reading the answer")?;
-    // a closed pipe (`booking status | head`) is not an error worth a panic
-    let _ = writeln!(
-        std::io::stdout(),
-        "{}",
-        serde_json::to_string_pretty(&body)?
-    );
+    let (status, body) = call(request, cli.token.as_deref(), base).await?;
+    print_json(&body)?;
     if !status.is_success() {
         bail!("{base} answered {status}");
     }

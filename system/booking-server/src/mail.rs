@@ -38,14 +38,14 @@ impl Mailer for LoggedMailer {
 /// An instance's mailer and the output log its audit reads.
 pub type MailPorts = (Arc<dyn Mailer>, Arc<dyn OutputLog>);
 
-/// The mailer and the output log of an instance under `[mail]`, from the
-/// stack's own (`log`, `outputs`).
+/// The mailer and the output log of an instance under `[mail]` (checked
+/// with the rest of the config, [`MailConfig::check`]), from the stack's
+/// own (`log`, `outputs`).
 pub fn mail_ports(
     mail: &MailConfig,
     log: Arc<dyn Mailer>,
     outputs: Arc<dyn OutputLog>,
 ) -> Result<MailPorts, ConfigError> {
-    mail.check()?;
     match mail.kind {
         MailKind::Outputs => Ok((log, outputs)),
         MailKind::Smtp => {

@@ -26,6 +26,7 @@ use booking::{
     RecordError,
 };
 pub use booking_audit::{GatewayTruth, Verdict};
+use booking_service::confirm::{self, OwedSweep};
 use serde::{Deserialize, Serialize};
 
 use crate::audit_snapshot::{self, current_document, sale_records};
@@ -219,39 +220,20 @@ pub async fn emails_pending(server: &Server) -> Result<EmailsPending, OpsError> 
     })
 }
 
-/// What `emails resend` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EmailsResent {
-    /// Owed emails found (paid more than a sweep interval ago).
-    pub owed: u64,
-    /// Sent and marked.
-    pub sent: u64,
-    /// Still owed (the mailer failed, or the mark did).
-    pub failed: u64,
-}
-
-/// `emails resend`: the email sweep, now, over every owed email paid more
-/// than a sweep interval ago (a winner still sending is left alone, as the
-/// reconciler's sweep leaves it), at most [`EMAILS_LISTED_MAX`]; each sent
-/// as recovered (its Message-ID lets a receiver drop a repeat).
-pub async fn emails_resend(server: &Server) -> Result<EmailsResent, OpsError> {
+/// `emails resend`: the email sweep, now, over every owed email paid before
+/// [`confirm::owed_paid_before`] (a winner still sending is left alone, as
+/// the reconciler's sweep leaves it), at most [`EMAILS_LISTED_MAX`]; each
+/// sent as recovered (its Message-ID lets a receiver drop a repeat).
+pub async fn emails_resend(server: &Server) -> Result<OwedSweep, OpsError> {
     let stack = &server.stack;
-    let before = stack
-        .clock
-        .now_ms()
-        .saturating_sub(stack.settings.sweep_interval.as_millis() as u64);
-    let sweep = booking_service::confirm::send_owed_emails(
+    let before = confirm::owed_paid_before(stack.clock.now_ms(), &stack.settings);
+    Ok(confirm::send_owed_emails(
         stack.confirm_ports(),
         &stack.sale,
         before,
         EMAILS_LISTED_MAX,
     )
-    .await?;
-    Ok(EmailsResent {
-        owed: sweep.owed,
-        sent: sweep.sent,
-        failed: sweep.failed,
-    })
+    .await?)
 }
 
 /// A list entry as a candidate: 64 hex digits are taken as the hash already

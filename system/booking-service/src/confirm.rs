@@ -541,8 +541,8 @@ async fn mark_sent(ports: ConfirmPorts<'_>, record: &BookingRecord) -> EmailOutc
     }
 }
 
-/// What one email sweep did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What one email sweep did (also `booking emails resend`'s answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OwedSweep {
     /// Owed emails found.
     pub owed: u64,
@@ -550,6 +550,13 @@ pub struct OwedSweep {
     pub sent: u64,
     /// Not sent (the mailer failed) or not marked: still owed.
     pub failed: u64,
+}
+
+/// The paid-before bound of an email sweep run at `now_ms`: a sweep
+/// interval back, so a winner still sending is left alone (the reconciler's
+/// sweep and `booking emails resend` alike).
+pub fn owed_paid_before(now_ms: u64, settings: &booking::Settings) -> u64 {
+    now_ms.saturating_sub(settings.sweep_interval.as_millis() as u64)
 }
 
 /// The email sweep: every PAID record whose email is still owed although

@@ -599,7 +599,7 @@ impl Reconciler {
     /// is given that long.
     async fn send_owed_emails(&self, now_ms: u64, report: &mut SweepReport) {
         let settings = &self.config.settings;
-        let before = now_ms.saturating_sub(settings.sweep_interval.as_millis() as u64);
+        let before = confirm::owed_paid_before(now_ms, settings);
         let ports = self.ports.confirm(&settings.bugs);
         match confirm::send_owed_emails(ports, &self.config.sale, before, self.config.due_limit)
             .await
