@@ -19,11 +19,12 @@ use crate::matrix::MatrixProfile;
 
 /// The schedules the `ci` profile runs: every built-in one written for the
 /// short profile.
-pub const CI_SCHEDULES: [&str; 10] = [
+pub const CI_SCHEDULES: [&str; 11] = [
     "kill-after-admission",
     "kill-after-create",
     "kill-after-enqueue",
     "kill-during-execute",
+    "kill-after-paid",
     "redis-pause",
     "redis-restart",
     "instance-pause-restart",

@@ -32,6 +32,10 @@ pub const REHEARSAL: &[(&str, &str)] = &[
         include_str!("../schedules/rehearsal/kill-during-execute.toml"),
     ),
     (
+        "kill-after-paid",
+        include_str!("../schedules/rehearsal/kill-after-paid.toml"),
+    ),
+    (
         "redis-pause",
         include_str!("../schedules/rehearsal/redis-pause.toml"),
     ),

@@ -57,7 +57,7 @@
 //! - `instance` (process fleet; `instances` picks which, all when left
 //!   out): `kill` (SIGKILL at the window's opening, or with `point =
 //!   "after_admission" | "after_create" | "after_enqueue" |
-//!   "during_execute"` the first time the instance passes that point of the
+//!   "during_execute" | "after_paid"` the first time the instance passes that point of the
 //!   request path inside the window; started again at its close), `pause`
 //!   (SIGSTOP, then SIGCONT), `restart` (SIGTERM, started again at the
 //!   close).
@@ -170,15 +170,19 @@ pub enum KillPoint {
     /// The gateway executed the payment (the money moved), the answer not
     /// yet handled.
     DuringExecute,
+    /// The confirm step's HELD→PAID update landed (the booking is PAID,
+    /// its email owed), the ledger's paid mark and the email not yet done.
+    AfterPaid,
 }
 
 impl KillPoint {
     /// Every point, in request-path order.
-    pub const ALL: [KillPoint; 4] = [
+    pub const ALL: [KillPoint; 5] = [
         KillPoint::AfterAdmission,
         KillPoint::AfterCreate,
         KillPoint::AfterEnqueue,
         KillPoint::DuringExecute,
+        KillPoint::AfterPaid,
     ];
 
     /// Its name in schedules.
@@ -188,6 +192,7 @@ impl KillPoint {
             KillPoint::AfterCreate => "after_create",
             KillPoint::AfterEnqueue => "after_enqueue",
             KillPoint::DuringExecute => "during_execute",
+            KillPoint::AfterPaid => "after_paid",
         }
     }
 
@@ -198,6 +203,7 @@ impl KillPoint {
             KillPoint::AfterCreate => (Target::Gateway, "create"),
             KillPoint::AfterEnqueue => (Target::Queue, "send"),
             KillPoint::DuringExecute => (Target::Gateway, "execute"),
+            KillPoint::AfterPaid => (Target::Records, "mark_paid"),
         }
     }
 
@@ -1589,7 +1595,8 @@ rule = { op = "execute", action = { fail = "insufficient_balance" } }
                 (Target::Ledger, "admit"),
                 (Target::Gateway, "create"),
                 (Target::Queue, "send"),
-                (Target::Gateway, "execute")
+                (Target::Gateway, "execute"),
+                (Target::Records, "mark_paid")
             ]
         );
         for p in KillPoint::ALL {

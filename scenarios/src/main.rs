@@ -75,7 +75,7 @@ struct RehearseArgs {
     kills: Vec<KillSpec>,
     /// A fault schedule carried out during the load: a built-in one
     /// (`headline`, `kill-after-admission`, `kill-after-create`,
-    /// `kill-after-enqueue`, `kill-during-execute`, `redis-pause`,
+    /// `kill-after-enqueue`, `kill-during-execute`, `kill-after-paid`, `redis-pause`,
     /// `redis-restart`, `instance-pause-restart`, `link-trouble`,
     /// `ports-and-gateway`) or a TOML file. Process faults need `--fleet
     /// processes`.

@@ -10,7 +10,7 @@
 //! | GET | `/ops/counters` | | the ledger's [`Counters`](booking::ledger::Counters) (open, per-level counts, paid), one O(levels) read: what a live view polls |
 //! | GET | `/ops/audit[?gateway=URL]` | | [`AuditReport`](crate::ops::AuditReport); with `gateway`, its `/__mock/ledger` is fetched for the ground-truth checks |
 //! | GET | `/ops/emails/pending` | | [`EmailsPending`](crate::ops::EmailsPending): PAID bookings whose email is owed, oldest first |
-//! | POST | `/ops/emails/resend` | none | [`OwedSweep`](booking_service::confirm::OwedSweep) (owed, sent, failed): the email sweep, now |
+//! | POST | `/ops/emails/resend` | none | [`OwedSweep`](booking_service::outbox::OwedSweep) (owed, sent, failed, waiting, given up): the email sweep, now |
 //!
 //! With `admin_token` configured every route needs `Authorization: Bearer
 //! <token>` (401 otherwise). A failed step answers 503 with `{"error": …}`.

@@ -26,7 +26,7 @@ use booking::{
     RecordError,
 };
 pub use booking_audit::{GatewayTruth, Verdict};
-use booking_service::confirm::{self, OwedSweep};
+use booking_service::outbox::{self, OwedSweep};
 use serde::{Deserialize, Serialize};
 
 use crate::audit_snapshot::{self, current_document, sale_records};
@@ -182,6 +182,17 @@ pub struct OwedEmail {
     pub paid_ms: Option<u64>,
     /// How long ago, ms (by this instance's clock).
     pub owed_for_ms: u64,
+    /// Tries that failed so far (the outbox's retry state).
+    #[serde(default)]
+    pub tries_failed: u32,
+    /// When the email sweep tries it next, ms since the epoch (after a
+    /// failed try).
+    #[serde(default)]
+    pub next_try_ms: Option<u64>,
+    /// Its tries are spent: the sweeps leave it (alerted as
+    /// `email_undeliverable`); `emails resend` sends it.
+    #[serde(default)]
+    pub given_up: bool,
 }
 
 /// What `emails pending` found.
@@ -205,33 +216,49 @@ pub async fn emails_pending(server: &Server) -> Result<EmailsPending, OpsError> 
     owed.retain(|r| r.sale == stack.sale);
     let truncated = owed.len() > EMAILS_LISTED_MAX;
     owed.truncate(EMAILS_LISTED_MAX);
+    let mut listed = Vec::with_capacity(owed.len());
+    for r in owed {
+        let retry = outbox::load(stack.confirm_ports(), &stack.sale, &r.payment_id).await;
+        let given_up = matches!(
+            outbox::due(retry, now, &stack.settings),
+            outbox::Due::GivenUp { .. }
+        );
+        listed.push(OwedEmail {
+            candidate: r.candidate.to_string(),
+            payment_id: r.payment_id.to_string(),
+            level: r.level.to_string(),
+            paid_ms: r.paid_ms,
+            owed_for_ms: r.paid_ms.map_or(0, |p| now.saturating_sub(p)),
+            tries_failed: retry.map_or(0, |r| r.attempts),
+            next_try_ms: retry.filter(|_| !given_up).map(|r| r.next_ms),
+            given_up,
+        });
+    }
     Ok(EmailsPending {
-        owed: owed
-            .into_iter()
-            .map(|r| OwedEmail {
-                candidate: r.candidate.to_string(),
-                payment_id: r.payment_id.to_string(),
-                level: r.level.to_string(),
-                paid_ms: r.paid_ms,
-                owed_for_ms: r.paid_ms.map_or(0, |p| now.saturating_sub(p)),
-            })
-            .collect(),
+        owed: listed,
         truncated,
     })
 }
 
-/// `emails resend`: the email sweep, now, over every owed email paid before
-/// [`confirm::owed_paid_before`] (a winner still sending is left alone, as
-/// the reconciler's sweep leaves it), at most [`EMAILS_LISTED_MAX`]; each
-/// sent as recovered (its Message-ID lets a receiver drop a repeat).
+/// `emails resend`: the email sweep, now and forced, over every owed email
+/// paid before [`outbox::owed_paid_before`] (a winner still sending is left
+/// alone, as the reconciler's sweep leaves it), at most
+/// [`EMAILS_LISTED_MAX`], its back-off running or its tries spent
+/// (`SweepMode::Forced`), paced at the named rate for at most a sweep's
+/// budget (the rest answered as `deferred`); each sent as recovered (its Message-ID lets a
+/// receiver drop a repeat).
 pub async fn emails_resend(server: &Server) -> Result<OwedSweep, OpsError> {
     let stack = &server.stack;
-    let before = confirm::owed_paid_before(stack.clock.now_ms(), &stack.settings);
-    Ok(confirm::send_owed_emails(
+    let before = outbox::owed_paid_before(stack.clock.now_ms(), &stack.settings);
+    let clock = stack.clock.clone();
+    Ok(outbox::send_owed_emails(
         stack.confirm_ports(),
         &stack.sale,
         before,
         EMAILS_LISTED_MAX,
+        outbox::SweepMode::Forced,
+        tokio::time::Instant::now() + stack.settings.sweep_budget,
+        &move || clock.now_ms(),
     )
     .await?)
 }

@@ -41,8 +41,9 @@
 //! them (alerted), instead of every HELD record that outlived its hold.
 //!
 //! An email is never lost: a PAID record whose email is not marked sent is
-//! owed, and the email sweep ([`send_owed_emails`], the reconciler's leader,
-//! a grace after the payment) sends it, marked `recovered`. A repeat is
+//! owed, and the email sweep ([`crate::outbox::send_owed_emails`], the
+//! reconciler's leader, a grace after the payment, with a back-off after
+//! each failed try) sends it, marked `recovered`. A repeat is
 //! possible only where the outcome was unknown (sent, then the sender died
 //! or its mark failed): the audit allows one repeat per recovered send and
 //! no other.
@@ -96,12 +97,15 @@
 //! hears through [`ConfirmEvents`].
 
 use booking::ledger::{HoldState, Ledger, LedgerError, Step};
-use booking::notify::{Alert, Alerts, Confirmation, Mailer, NotifyError};
+use booking::notify::{Alert, Alerts, Confirmation, Mailer};
 use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, WorkerVerdict,
     classify_conflict,
 };
-use booking::{AdmittedBooking, Bug, Bugs, CandidateHash, PaymentId, SaleId};
+use booking::{AdmittedBooking, Bug, CandidateHash, Coordination, PaymentId, SaleId, Settings};
+
+pub use crate::outbox::EmailOutcome;
+use crate::outbox::{mark_sent, send_confirmation};
 
 /// The ports the confirm step uses.
 #[derive(Debug, Clone, Copy)]
@@ -114,8 +118,13 @@ pub struct ConfirmPorts<'a> {
     pub mailer: &'a dyn Mailer,
     /// Alerts to a human.
     pub alerts: &'a dyn Alerts,
-    /// The bug zoo's switches (`email_before_paid` lives here).
-    pub bugs: &'a Bugs,
+    /// The owed emails' retry state ([`crate::outbox`]).
+    pub coordination: &'a dyn Coordination,
+    /// The coordination keys' prefix.
+    pub prefix: &'a str,
+    /// The email's back-off and budget, and the bug zoo's switches
+    /// (`email_before_paid`, `email_latch_before_send` live here).
+    pub settings: &'a Settings,
 }
 
 /// What to mark paid.
@@ -159,21 +168,6 @@ impl LedgerMark {
             Err(e) => LedgerMark::Failed(e),
         }
     }
-}
-
-/// What happened to the confirmation email.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EmailOutcome {
-    /// Sent and marked sent.
-    Sent,
-    /// Sent; the mark found it marked by another sender already (the email
-    /// sweep): a repeat the audit allows for a recovered send.
-    AlreadySent,
-    /// Sent; marking it failed: still owed, the email sweep sends it again.
-    LatchFailed(RecordError),
-    /// The mailer failed: nothing sent, the email stays owed and the email
-    /// sweep retries it (alerted).
-    SendFailed(NotifyError),
 }
 
 /// Who won the HELD→PAID update.
@@ -322,7 +316,7 @@ pub async fn mark_paid(
     ports: ConfirmPorts<'_>,
     request: &PaidRequest,
 ) -> Result<MarkPaidOutcome, ConfirmError> {
-    let emailed_early = if ports.bugs.on(Bug::EmailBeforePaid) {
+    let emailed_early = if ports.settings.bugs.on(Bug::EmailBeforePaid) {
         email_before_update(ports, request).await
     } else {
         false
@@ -470,138 +464,13 @@ async fn after_win(
         // sent before the update (the zoo's trap): only its mark is left
         mark_sent(ports, &record).await
     } else {
-        send_confirmation(ports, &record, request.trx_id.clone()).await
+        send_confirmation(ports, &record, request.trx_id.clone(), request.now_ms).await
     };
     MarkPaidOutcome::Won {
         record,
         ledger,
         email,
     }
-}
-
-/// The winner's email: the send, then the record's mark (`mark_emailed`),
-/// so an email is never lost: a sender that dies before the mark leaves the
-/// record PAID with its email owed, and the email sweep
-/// ([`send_owed_emails`]) sends it. Only the winner of a HELD→PAID step
-/// may call it.
-pub async fn send_confirmation(
-    ports: ConfirmPorts<'_>,
-    record: &BookingRecord,
-    trx_id: Option<String>,
-) -> EmailOutcome {
-    send_and_mark(ports, record, trx_id, false).await
-}
-
-async fn send_and_mark(
-    ports: ConfirmPorts<'_>,
-    record: &BookingRecord,
-    trx_id: Option<String>,
-    recovered: bool,
-) -> EmailOutcome {
-    let confirmation = Confirmation::of(record, trx_id, recovered);
-    if ports.bugs.on(Bug::EmailLatchBeforeSend) {
-        // the zoo's trap: the old order, the mark before the send; a send
-        // that fails now loses the email (nothing owes it any more)
-        let marked = mark_sent(ports, record).await;
-        if let Err(e) = ports.mailer.send(&confirmation).await {
-            tracing::error!(candidate = %record.candidate, error = %e,
-                "email marked sent, then its send failed: lost");
-            return EmailOutcome::SendFailed(e);
-        }
-        return marked;
-    }
-    if let Err(e) = ports.mailer.send(&confirmation).await {
-        alert(
-            ports.alerts,
-            "email_failed",
-            format!("confirmation email failed (owed: the email sweep retries it): {e}"),
-            &record.candidate,
-            &record.payment_id,
-        )
-        .await;
-        return EmailOutcome::SendFailed(e);
-    }
-    mark_sent(ports, record).await
-}
-
-/// Marks a sent email sent: the record owes it no more.
-async fn mark_sent(ports: ConfirmPorts<'_>, record: &BookingRecord) -> EmailOutcome {
-    match ports
-        .records
-        .mark_emailed(&record.candidate, &record.payment_id)
-        .await
-    {
-        Ok(_) => EmailOutcome::Sent,
-        Err(RecordError::ConditionFailed { .. }) => EmailOutcome::AlreadySent,
-        Err(e) => {
-            tracing::error!(candidate = %record.candidate, error = %e,
-                "email sent, marking it failed: the email sweep sends it again");
-            EmailOutcome::LatchFailed(e)
-        }
-    }
-}
-
-/// What one email sweep did (also `booking emails resend`'s answer).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OwedSweep {
-    /// Owed emails found.
-    pub owed: u64,
-    /// Sent and marked.
-    pub sent: u64,
-    /// Not sent (the mailer failed) or not marked: still owed.
-    pub failed: u64,
-}
-
-/// The paid-before bound of an email sweep run at `now_ms`: a sweep
-/// interval back, so a winner still sending is left alone (the reconciler's
-/// sweep and `booking emails resend` alike).
-pub fn owed_paid_before(now_ms: u64, settings: &booking::Settings) -> u64 {
-    now_ms.saturating_sub(settings.sweep_interval.as_millis() as u64)
-}
-
-/// The email sweep: every PAID record whose email is still owed although
-/// it was paid before `paid_before_ms` (its winner died, or its mailer
-/// failed, or its mark failed) gets its email, marked `recovered` (the
-/// winner may have sent it before dying: an outcome nobody can know), then
-/// its mark. Run by one instance at a time (the reconciler's leader), with
-/// `paid_before_ms` a grace behind now, so a winner still sending is left
-/// alone.
-pub async fn send_owed_emails(
-    ports: ConfirmPorts<'_>,
-    sale: &SaleId,
-    paid_before_ms: u64,
-    limit: usize,
-) -> Result<OwedSweep, RecordError> {
-    let mut owed = ports.records.owed_emails(paid_before_ms, limit).await?;
-    owed.retain(|r| r.sale == *sale);
-    let mut sweep = OwedSweep {
-        owed: owed.len() as u64,
-        ..OwedSweep::default()
-    };
-    for record in &owed {
-        // the store refuses to mark a record that breaks its invariants (a
-        // PAID record with a TTL): sending would repeat every sweep, so a
-        // human looks instead
-        if let Err(why) = record.check() {
-            alert(
-                ports.alerts,
-                "email_owed_on_broken_record",
-                format!("email owed on a record the store cannot mark: {why}"),
-                &record.candidate,
-                &record.payment_id,
-            )
-            .await;
-            sweep.failed += 1;
-            continue;
-        }
-        tracing::warn!(candidate = %record.candidate, payment = %record.payment_id,
-            "PAID with its email owed: sending it");
-        match send_and_mark(ports, record, None, true).await {
-            EmailOutcome::Sent | EmailOutcome::AlreadySent => sweep.sent += 1,
-            EmailOutcome::LatchFailed(_) | EmailOutcome::SendFailed(_) => sweep.failed += 1,
-        }
-    }
-    Ok(sweep)
 }
 
 /// Writes attempted from the copy before giving up to the reconciler: a put,
@@ -683,7 +552,7 @@ pub async fn mark_paid_from_copy(
             Ok(()) => {
                 tracing::info!(candidate = %copy.candidate, %payment, ?path,
                     "PAID written from the booking copy (no record yet)");
-                let email = send_confirmation(ports, &paid, trx_id).await;
+                let email = send_confirmation(ports, &paid, trx_id, now_ms).await;
                 return FromCopy::Won {
                     record: paid,
                     email,

@@ -7,7 +7,9 @@
 //!   answer), which the API and the simulator both call.
 //! - [`confirm`]: the one conditional HELD→PAID step every confirm path ends
 //!   in, the fast payer's PAID record from the booking copy, and the
-//!   at-most-once confirmation email behind them.
+//!   confirmation email behind them, through the [`outbox`].
+//! - [`outbox`]: the confirmation email owed by a PAID record: the winner's
+//!   send, the email sweep with its back-off and budget, the alert after it.
 //! - [`callback`]: confirm path 1 below HTTP, the payer's redirect
 //!   (signature, deadline, execute under the lock), which the API and the
 //!   simulator both call.
@@ -26,6 +28,7 @@ pub mod admission;
 pub mod callback;
 pub mod confirm;
 pub mod expiry;
+pub mod outbox;
 pub mod reconciler;
 pub mod stack;
 pub mod webhook;

@@ -47,7 +47,7 @@
 //! 6. if the budget is not spent, sends the confirmation email of every
 //!    PAID record whose email is still owed a sweep interval after its
 //!    payment (its winner died between the HELD→PAID update and the mark,
-//!    or its mailer failed): [`crate::confirm::send_owed_emails`].
+//!    or its mailer failed): [`crate::outbox::send_owed_emails`], each after its back-off.
 //!
 //! Release order: ledger first, record second. A crash in between leaves a
 //! HELD record whose ledger hold is gone; the next sweep releases again (a
@@ -67,11 +67,12 @@ use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore,
     sort_by_deadline, ttl_for_deadline,
 };
-use booking::{AdmittedBooking, Bug, Bugs, CandidateHash, PaymentId, SaleId, Settings};
+use booking::{AdmittedBooking, Bug, CandidateHash, PaymentId, SaleId, Settings};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
 use crate::confirm::{self, ConfirmPorts, MarkPaidOutcome, PaidRequest};
+use crate::outbox;
 use crate::{Shutdown, stopped, stopping};
 
 /// Why a hold is released.
@@ -244,14 +245,16 @@ pub struct ReconcilerPorts {
 }
 
 impl ReconcilerPorts {
-    /// The ports the confirm step takes, with the sale's bug switches.
-    fn confirm<'a>(&'a self, bugs: &'a Bugs) -> ConfirmPorts<'a> {
+    /// The ports the confirm step takes, with the sale's settings.
+    fn confirm<'a>(&'a self, config: &'a ReconcilerConfig) -> ConfirmPorts<'a> {
         ConfirmPorts {
             records: self.records.as_ref(),
             ledger: self.ledger.as_ref(),
             mailer: self.mailer.as_ref(),
             alerts: self.alerts.as_ref(),
-            bugs,
+            coordination: self.coordination.as_ref(),
+            prefix: &config.prefix,
+            settings: &config.settings,
         }
     }
 }
@@ -290,6 +293,16 @@ pub struct SweepReport {
     /// Owed confirmation emails sent by this sweep (their winner died, or
     /// its mailer or mark failed).
     pub emails_recovered: u64,
+    /// Owed emails this sweep tried and could not send (or mark): tried
+    /// again after their back-off.
+    #[serde(default)]
+    pub emails_failed: u64,
+    /// Owed emails left for a later sweep: their back-off is running.
+    #[serde(default)]
+    pub emails_waiting: u64,
+    /// Owed emails left owed: their tries are spent (alerted).
+    #[serde(default)]
+    pub emails_given_up: u64,
 }
 
 /// The reconciler's counters (totals over all sweeps).
@@ -310,6 +323,9 @@ struct Totals {
     errors: AtomicU64,
     deferred: AtomicU64,
     emails_recovered: AtomicU64,
+    emails_failed: AtomicU64,
+    emails_waiting: AtomicU64,
+    emails_given_up: AtomicU64,
 }
 
 /// A snapshot of the reconciler's counters.
@@ -336,6 +352,15 @@ pub struct ReconcilerCounts {
     /// Owed confirmation emails sent by the sweeps.
     #[serde(default)]
     pub emails_recovered: u64,
+    /// The sweeps' tries of owed emails that failed.
+    #[serde(default)]
+    pub emails_failed: u64,
+    /// Owed emails waiting out a back-off at the last sweep.
+    #[serde(default)]
+    pub emails_waiting: u64,
+    /// Owed emails given up at the last sweep (tries spent, alerted).
+    #[serde(default)]
+    pub emails_given_up: u64,
 }
 
 /// What handling one record came to.
@@ -388,6 +413,9 @@ impl Reconciler {
             errors: g(&t.errors),
             deferred: g(&t.deferred),
             emails_recovered: g(&t.emails_recovered),
+            emails_failed: g(&t.emails_failed),
+            emails_waiting: g(&t.emails_waiting),
+            emails_given_up: g(&t.emails_given_up),
         }
     }
 
@@ -499,7 +527,7 @@ impl Reconciler {
             .recover_orphans(now_ms, &with_record, orphans_until, &mut report)
             .await;
         let Some(mut due) = due.take() else {
-            self.send_owed_emails(now_ms, &mut report).await;
+            self.send_owed_emails(now_ms, started_at, &mut report).await;
             self.add_totals(&report);
             return report;
         };
@@ -547,7 +575,7 @@ impl Reconciler {
         // after the due records and only while the budget lasts: an email
         // owed waits a sweep more, a hold past its deadline must not
         if started_at.elapsed() < settings.sweep_budget {
-            self.send_owed_emails(now_ms, &mut report).await;
+            self.send_owed_emails(now_ms, started_at, &mut report).await;
         }
         self.add_totals(&report);
         tracing::debug!(?report, "sweep done");
@@ -594,19 +622,39 @@ impl Reconciler {
         }
     }
 
-    /// Step 6: the email sweep ([`confirm::send_owed_emails`]) over the
-    /// records paid more than a sweep interval ago: a winner still sending
-    /// is given that long.
-    async fn send_owed_emails(&self, now_ms: u64, report: &mut SweepReport) {
+    /// Step 6: the email sweep ([`outbox::send_owed_emails`]) over the
+    /// records paid more than a sweep interval ago (a winner still sending
+    /// is given that long) whose back-off is over.
+    /// None is started after the sweep's budget (from `started_at`).
+    async fn send_owed_emails(
+        &self,
+        now_ms: u64,
+        started_at: tokio::time::Instant,
+        report: &mut SweepReport,
+    ) {
         let settings = &self.config.settings;
-        let before = confirm::owed_paid_before(now_ms, settings);
-        let ports = self.ports.confirm(&settings.bugs);
-        match confirm::send_owed_emails(ports, &self.config.sale, before, self.config.due_limit)
-            .await
+        let before = outbox::owed_paid_before(now_ms, settings);
+        let ports = self.ports.confirm(&self.config);
+        let clock = self.ports.clock.clone();
+        match outbox::send_owed_emails(
+            ports,
+            &self.config.sale,
+            before,
+            self.config.due_limit,
+            outbox::SweepMode::Scheduled,
+            started_at + settings.sweep_budget,
+            &move || clock.now_ms(),
+        )
+        .await
         {
             Ok(sweep) => {
                 report.emails_recovered += sweep.sent;
-                report.errors += sweep.failed;
+                report.emails_failed += sweep.failed;
+                report.emails_waiting = sweep.waiting;
+                report.emails_given_up = sweep.given_up;
+                self.totals
+                    .deferred
+                    .fetch_add(sweep.deferred, Ordering::Relaxed);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "owed-emails query failed");
@@ -767,9 +815,14 @@ impl Reconciler {
             (&t.alerts, r.alerts),
             (&t.errors, r.errors),
             (&t.emails_recovered, r.emails_recovered),
+            (&t.emails_failed, r.emails_failed),
         ] {
             a.fetch_add(v, Ordering::Relaxed);
         }
+        // gauges: what the last sweep of the outbox saw
+        t.emails_waiting.store(r.emails_waiting, Ordering::Relaxed);
+        t.emails_given_up
+            .store(r.emails_given_up, Ordering::Relaxed);
     }
 
     /// Sweeps every `sweep_interval` until `shutdown` says stop, then gives
@@ -847,7 +900,7 @@ async fn handle(ports: &ReconcilerPorts, config: &ReconcilerConfig, record: Book
                 path: ConfirmPath::Reconciler,
                 now_ms,
             };
-            let confirm_ports = ports.confirm(&config.settings.bugs);
+            let confirm_ports = ports.confirm(config);
             match confirm::mark_paid(confirm_ports, &request).await {
                 Ok(MarkPaidOutcome::Won { .. }) => Done::Paid,
                 Ok(MarkPaidOutcome::SeatNotHeld) => {
@@ -959,7 +1012,7 @@ async fn paid_from_record(
     };
     tracing::warn!(candidate = %record.candidate, payment = %record.payment_id,
         "completed payment whose HELD record went away under the query: PAID from the record");
-    let confirm_ports = ports.confirm(&config.settings.bugs);
+    let confirm_ports = ports.confirm(config);
     match confirm::mark_paid_from_copy(
         confirm_ports,
         &copy,

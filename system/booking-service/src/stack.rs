@@ -73,7 +73,9 @@ impl Stack {
             ledger: self.ledger.as_ref(),
             mailer: self.mailer.as_ref(),
             alerts: self.alerts.as_ref(),
-            bugs: &self.settings.bugs,
+            coordination: self.coordination.as_ref(),
+            prefix: &self.prefix,
+            settings: &self.settings,
         }
     }
 

@@ -77,6 +77,12 @@ pub mod keys {
         sale_key(prefix, sale, &format!("execute-lock:{payment}"))
     }
 
+    /// An owed confirmation email's retry state (tries, when the next is
+    /// due: `booking_service::outbox`).
+    pub fn email_retry(prefix: &str, sale: &SaleId, payment: &PaymentId) -> String {
+        sale_key(prefix, sale, &format!("email-retry:{payment}"))
+    }
+
     /// The reconciler's single-leader lock.
     pub fn reconciler_lock(prefix: &str, sale: &SaleId) -> String {
         sale_key(prefix, sale, "reconciler-lock")

@@ -48,6 +48,22 @@ pub const BOOKING_COPY_SLACK: Duration = Duration::from_secs(2 * 60);
 pub const PENDING_STALE_AFTER: Duration = Duration::from_secs(60);
 /// Redis connections per instance, sized for a burst (the article's 300).
 pub const REDIS_POOL_SIZE: usize = 300;
+/// A confirmation email whose send failed is tried again this long after
+/// the failure, the wait doubling after each further failure (the email
+/// sweep's back-off; `booking_service::outbox`).
+pub const EMAIL_RETRY_BACKOFF: Duration = Duration::from_secs(20);
+/// The longest wait between two tries of one email.
+pub const EMAIL_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5 * 60);
+/// Tries of one email (the winner's and the sweeps') before a human is
+/// alerted (`email_undeliverable`); the sweeps then leave it owed, listed
+/// by `booking emails pending` and sent by `booking emails resend`. With
+/// the back-off above, the eighth try comes about twenty minutes after the
+/// first.
+pub const EMAIL_ATTEMPTS_MAX: u32 = 8;
+/// Owed emails the email sweep sends per second at most (Amazon SES's
+/// default sending rate out of the sandbox, 14 a second); a winner's own
+/// send is not paced.
+pub const EMAIL_SEND_RATE: u32 = 14;
 
 /// The settings one instance runs with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +121,16 @@ pub struct Settings {
     pub pending_stale_after: Duration,
     /// See [`REDIS_POOL_SIZE`].
     pub redis_pool_size: usize,
+    /// See [`EMAIL_RETRY_BACKOFF`].
+    #[serde(with = "millis")]
+    pub email_retry_backoff: Duration,
+    /// See [`EMAIL_RETRY_BACKOFF_MAX`].
+    #[serde(with = "millis")]
+    pub email_retry_backoff_max: Duration,
+    /// See [`EMAIL_ATTEMPTS_MAX`].
+    pub email_attempts_max: u32,
+    /// See [`EMAIL_SEND_RATE`] (emails a second).
+    pub email_send_rate: u32,
     /// The bug zoo's switches ([`crate::bugs`]): none, unless a rehearsal
     /// asks to prove the harness catches one. Refused in production.
     #[serde(skip_serializing_if = "Bugs::is_empty")]
@@ -133,6 +159,10 @@ impl Default for Settings {
             booking_copy_slack: BOOKING_COPY_SLACK,
             pending_stale_after: PENDING_STALE_AFTER,
             redis_pool_size: REDIS_POOL_SIZE,
+            email_retry_backoff: EMAIL_RETRY_BACKOFF,
+            email_retry_backoff_max: EMAIL_RETRY_BACKOFF_MAX,
+            email_attempts_max: EMAIL_ATTEMPTS_MAX,
+            email_send_rate: EMAIL_SEND_RATE,
             bugs: Bugs::none(),
         }
     }
@@ -173,6 +203,13 @@ impl Settings {
             booking_copy_slack: s(self.booking_copy_slack).max(CLOCK_SKEW_MAX),
             pending_stale_after: s(self.pending_stale_after)
                 .max(self.request_deadline.saturating_add(CLOCK_SKEW_MAX)),
+            email_retry_backoff: s(self.email_retry_backoff),
+            email_retry_backoff_max: s(self.email_retry_backoff_max),
+            // the sweep's pace in sale time stays what it was: a 1/30 sale
+            // sends 30 times as many a (real) second, never fewer than one
+            email_send_rate: (f64::from(self.email_send_rate) / scale)
+                .round()
+                .clamp(1.0, f64::from(u32::MAX)) as u32,
             ..self.clone()
         }
     }
@@ -297,11 +334,21 @@ pub enum Relation {
     /// fits; with a shorter deadline the API shrinks the reserve to a quarter
     /// of it, too little for an undo's two tries on a slow ledger.
     UndoReserveFitsRequest,
+    /// `email_retry_backoff_max >= email_retry_backoff >= 1 ms`. The email
+    /// sweep waits the back-off after a failed send, doubled each time up
+    /// to the maximum (`booking_service::outbox::backoff`): a zero back-off
+    /// retries a failing mailer every sweep, and a maximum below the first
+    /// wait would shrink the wait after a failure.
+    EmailBackoffOrdered,
+    /// `email_attempts_max >= 1` and `email_send_rate >= 1`. With no try
+    /// allowed every owed email is given up at once; at a rate of 0 the
+    /// sweep never sends one.
+    EmailSenderPositive,
 }
 
 impl Relation {
     /// Every relation, in the order [`Settings::check`] checks them.
-    pub const ALL: [Relation; 11] = [
+    pub const ALL: [Relation; 13] = [
         Relation::TokenLockOutlivesGrant,
         Relation::TokenRefreshCoversRequest,
         Relation::TokenRefreshWithinTokenLife,
@@ -313,6 +360,8 @@ impl Relation {
         Relation::QueryFailuresPositive,
         Relation::ReceivesPositive,
         Relation::UndoReserveFitsRequest,
+        Relation::EmailBackoffOrdered,
+        Relation::EmailSenderPositive,
     ];
 
     /// The relation's name, as errors and configuration messages print it.
@@ -329,6 +378,8 @@ impl Relation {
             Relation::QueryFailuresPositive => "query_failures_positive",
             Relation::ReceivesPositive => "receives_positive",
             Relation::UndoReserveFitsRequest => "undo_reserve_fits_request",
+            Relation::EmailBackoffOrdered => "email_backoff_ordered",
+            Relation::EmailSenderPositive => "email_sender_positive",
         }
     }
 
@@ -450,6 +501,26 @@ impl Relation {
                     );
                 }
             }
+            Relation::EmailBackoffOrdered => {
+                if s.email_retry_backoff.is_zero() {
+                    return broken(
+                        d("email_retry_backoff", s.email_retry_backoff),
+                        ">=",
+                        "1ms".into(),
+                    );
+                }
+                if s.email_retry_backoff_max < s.email_retry_backoff {
+                    return broken(
+                        d("email_retry_backoff_max", s.email_retry_backoff_max),
+                        ">=",
+                        d("email_retry_backoff", s.email_retry_backoff),
+                    );
+                }
+            }
+            Relation::EmailSenderPositive => {
+                at_least_one("email_attempts_max", u64::from(s.email_attempts_max))?;
+                return at_least_one("email_send_rate", u64::from(s.email_send_rate));
+            }
         }
         Ok(())
     }
@@ -516,6 +587,15 @@ mod tests {
             )
         );
         assert_eq!(s.redis_pool_size, 300);
+        assert_eq!(
+            (
+                s.email_retry_backoff,
+                s.email_retry_backoff_max,
+                s.email_attempts_max,
+                s.email_send_rate
+            ),
+            (Duration::from_secs(20), Duration::from_secs(300), 8, 14)
+        );
     }
 
     #[test]
@@ -531,6 +611,13 @@ mod tests {
         );
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<Settings>(&json).unwrap(), s);
+        assert_eq!(
+            (s.email_retry_backoff, s.email_retry_backoff_max),
+            (Duration::from_millis(667), Duration::from_secs(10))
+        );
+        assert_eq!(s.email_attempts_max, 8, "a count");
+        assert_eq!(s.email_send_rate, 420, "14 a sale second");
+        assert_eq!(Settings::default().scaled(100.0).email_send_rate, 1);
         let partial: Settings = serde_json::from_str(r#"{"hold": 1000}"#).unwrap();
         assert_eq!(partial.hold, Duration::from_secs(1));
         assert_eq!(partial.sweep_interval, SWEEP_INTERVAL);
@@ -608,6 +695,10 @@ mod tests {
             Relation::UndoReserveFitsRequest => {
                 s.request_deadline = UNDO_RESERVE * 4 - Duration::from_millis(1);
             }
+            Relation::EmailBackoffOrdered => {
+                s.email_retry_backoff_max = EMAIL_RETRY_BACKOFF - Duration::from_millis(1);
+            }
+            Relation::EmailSenderPositive => s.email_send_rate = 0,
         }
         s
     }
@@ -655,7 +746,22 @@ mod tests {
         s.check().unwrap();
         s.token_refresh_early = GATEWAY_TOKEN_LIFETIME / 2;
         s.request_deadline = UNDO_RESERVE * 4;
+        s.email_retry_backoff_max = s.email_retry_backoff;
+        s.email_attempts_max = 1;
+        s.email_send_rate = 1;
         s.check().unwrap();
+        // and the other ways to break the email relations
+        s.email_attempts_max = 0;
+        assert_eq!(
+            s.check().unwrap_err().relation,
+            Relation::EmailSenderPositive
+        );
+        s.email_attempts_max = 1;
+        s.email_retry_backoff = Duration::ZERO;
+        assert_eq!(
+            s.check().unwrap_err().relation,
+            Relation::EmailBackoffOrdered
+        );
     }
 
     #[test]

@@ -22,12 +22,32 @@ use parking_lot::Mutex;
 
 pub const START_MS: u64 = 1_700_000_000_000;
 
+/// Records what it sent; while `down` is set it refuses every send (and
+/// counts the tries in `refused`).
 #[derive(Debug, Default)]
-pub struct RecordingMailer(pub Mutex<Vec<Confirmation>>);
+pub struct RecordingMailer(
+    pub Mutex<Vec<Confirmation>>,
+    pub std::sync::atomic::AtomicBool,
+    pub std::sync::atomic::AtomicU64,
+);
+
+impl RecordingMailer {
+    pub fn set_down(&self, down: bool) {
+        self.1.store(down, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn refused(&self) -> u64 {
+        self.2.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
 
 #[async_trait]
 impl Mailer for RecordingMailer {
     async fn send(&self, c: &Confirmation) -> Result<(), NotifyError> {
+        if self.1.load(std::sync::atomic::Ordering::SeqCst) {
+            self.2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(NotifyError::Unavailable("mailer down (test)".into()));
+        }
         self.0.lock().push(c.clone());
         Ok(())
     }
@@ -222,7 +242,9 @@ impl Stack {
             ledger: self.ledger.as_ref(),
             mailer: self.mailer.as_ref(),
             alerts: self.alerts.as_ref(),
-            bugs: &self.settings.bugs,
+            coordination: self.coordination.as_ref(),
+            prefix: "test",
+            settings: &self.settings,
         }
     }
 
