@@ -164,7 +164,8 @@ impl LocalAws {
         LocalAws::start_with(TTL_LAG_DEFAULT).await
     }
 
-    /// DynamoDB and Streams on dynoxide, SQS on its own server, S3 on moto.
+    /// DynamoDB and Streams on dynoxide, SQS on its own server, S3 (and
+    /// SES and SNS, for mail and alerts) on moto.
     pub fn settings(&self) -> AwsSettings {
         AwsSettings {
             endpoints: Endpoints {
@@ -173,6 +174,8 @@ impl LocalAws {
                 dynamodb_streams: Some(self.dynoxide.streams_url.clone()),
                 sqs: Some(self.sqs.url().to_owned()),
                 s3: Some(self.moto.url.clone()),
+                ses: Some(self.moto.url.clone()),
+                sns: Some(self.moto.url.clone()),
             },
             local_credentials: true,
             region: None,

@@ -9,7 +9,12 @@
 //!   dead-letter queue, and [`SqsDestination`], the stream mappings'
 //!   on-failure queue;
 //! - [`status`]: [`S3Status`], `status.json` on S3 with cache headers;
-//! - [`provision`]: everything above made or checked, idempotently;
+//! - [`ses`]: [`SesMailer`], confirmation emails through SES v2 as the raw
+//!   message `booking_smtp` composes, and [`ses_readback`]:
+//!   [`SesMotoOutputs`], what moto's SES recorded, read back for the audit;
+//! - [`alerts`]: [`SnsAlerts`], each alert as JSON to an SNS topic;
+//! - [`provision`]: everything above made or checked, idempotently (not
+//!   SES identities nor SNS topics: those are the account's, made once);
 //! - [`sdk`]: the SDK's standard configuration and each client's retry and
 //!   timeouts, and [`calls`]: every call counted per service and
 //!   operation; [`errors`]: how an SDK error becomes a port error (pure);
@@ -18,6 +23,7 @@
 //! The decisions are pure and unit-tested here; the adapters are tested
 //! against local AWS-protocol servers (`booking-aws-local`).
 
+pub mod alerts;
 pub mod calls;
 pub mod convert;
 pub mod errors;
@@ -26,6 +32,8 @@ pub mod queue;
 pub mod records;
 pub mod resources;
 pub mod sdk;
+pub mod ses;
+pub mod ses_readback;
 pub mod status;
 pub mod stream;
 
@@ -34,12 +42,15 @@ use std::time::Duration;
 
 use booking::Clock;
 
+pub use alerts::SnsAlerts;
 pub use calls::{AwsCalls, CallCount};
 pub use provision::{ProvisionError, ProvisionOptions, ProvisionReport, StepState, provision};
 pub use queue::{SqsDestination, SqsQueue};
 pub use records::DynamoRecords;
 pub use resources::Resources;
 pub use sdk::{AwsSettings, Clients, Endpoints};
+pub use ses::{SesConfig, SesConfigError, SesMailer};
+pub use ses_readback::{SesMotoLog, SesMotoOutputs};
 pub use status::S3Status;
 pub use stream::DynamoStream;
 

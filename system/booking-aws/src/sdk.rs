@@ -12,6 +12,9 @@
 //!   redelivered, the next sweep, the reconciler behind a callback).
 //! - SQS and S3 keep the standard retry (throttles there are not an audited
 //!   invariant) with an attempt timeout above the longest long poll.
+//! - SES and SNS (mail and alerts, made on their own by the server's
+//!   `[mail]` and `[alerts]`) keep the standard retry; each send has a bound
+//!   of its own over all attempts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +37,10 @@ pub const DYNAMODB_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const SQS_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(25);
 /// One S3 attempt at most.
 pub const S3_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// One SES or SNS attempt at most (the whole send has its own bound on
+/// top: [`crate::ses::SesConfig::send_timeout_ms`],
+/// [`crate::alerts::PUBLISH_TIMEOUT`]).
+pub const NOTIFY_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connecting at most.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The access key of [`AwsSettings::local_credentials`].
@@ -56,6 +63,10 @@ pub struct Endpoints {
     pub sqs: Option<String>,
     /// S3.
     pub s3: Option<String>,
+    /// SES (v2), for `[mail] kind = "ses"`.
+    pub ses: Option<String>,
+    /// SNS, for `[alerts] kind = "sns"`.
+    pub sns: Option<String>,
 }
 
 impl Endpoints {
@@ -188,6 +199,34 @@ impl AwsSettings {
     }
 }
 
+impl AwsSettings {
+    /// An SES v2 client from a loaded configuration (the `ses` endpoint
+    /// override, else the standard ones), the standard retry.
+    pub fn ses_client(&self, sdk: &SdkConfig) -> aws_sdk_sesv2::Client {
+        let e = &self.endpoints;
+        let mut ses = aws_sdk_sesv2::config::Builder::from(sdk)
+            .retry_config(RetryConfig::standard().with_max_attempts(STANDARD_ATTEMPTS))
+            .timeout_config(timeouts(NOTIFY_ATTEMPT_TIMEOUT));
+        if let Some(url) = e.pick(&e.ses) {
+            ses = ses.endpoint_url(url);
+        }
+        aws_sdk_sesv2::Client::from_conf(ses.build())
+    }
+
+    /// An SNS client from a loaded configuration (the `sns` endpoint
+    /// override, else the standard ones), the standard retry.
+    pub fn sns_client(&self, sdk: &SdkConfig) -> aws_sdk_sns::Client {
+        let e = &self.endpoints;
+        let mut sns = aws_sdk_sns::config::Builder::from(sdk)
+            .retry_config(RetryConfig::standard().with_max_attempts(STANDARD_ATTEMPTS))
+            .timeout_config(timeouts(NOTIFY_ATTEMPT_TIMEOUT));
+        if let Some(url) = e.pick(&e.sns) {
+            sns = sns.endpoint_url(url);
+        }
+        aws_sdk_sns::Client::from_conf(sns.build())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,5 +266,27 @@ mod tests {
             Some(STANDARD_ATTEMPTS)
         );
         // path-style S3 is proven against moto in tests/queue.rs
+    }
+
+    #[tokio::test]
+    async fn ses_and_sns_clients_bound_each_attempt() {
+        // the endpoints are proven against moto in tests/ses.rs, tests/sns.rs
+        let settings = AwsSettings {
+            local_credentials: true,
+            ..AwsSettings::default()
+        };
+        let sdk = settings.load().await;
+        let ses = settings.ses_client(&sdk);
+        let sns = settings.sns_client(&sdk);
+        for (t, r) in [
+            (ses.config().timeout_config(), ses.config().retry_config()),
+            (sns.config().timeout_config(), sns.config().retry_config()),
+        ] {
+            assert_eq!(
+                t.and_then(|t| t.operation_attempt_timeout()),
+                Some(NOTIFY_ATTEMPT_TIMEOUT)
+            );
+            assert_eq!(r.map(|r| r.max_attempts()), Some(STANDARD_ATTEMPTS));
+        }
     }
 }

@@ -17,6 +17,10 @@
 //!   also kept in this process's history for the audit), mail and alerts in
 //!   this process.
 //!
+//! On every stack, `[mail]` may send through SMTP or SES and `[alerts]`
+//! publish to SNS in front of the stack's own logs ([`crate::mail`],
+//! [`crate::alerts`]), which the audit reads.
+//!
 //! The gateway is always the bKash client, with its fleet-shared token in
 //! coordination.
 //!
@@ -549,14 +553,18 @@ async fn aws_parts(
     // process's outputs
     if let Some(f) = first {
         if let Some(outputs) = f.local_outputs.clone() {
-            // its ports as they are under its fault wrappers, if any
+            // its ports as they are under its fault wrappers, if any; mail
+            // and alerts the process's own logs, which `[mail]` and
+            // `[alerts]` put this instance's SMTP, SES or SNS in front of
+            // (its bare mailer already has the first's: each email would go
+            // out twice)
             let s = f.bare_stack();
             return Ok(Parts {
                 records: s.records.clone(),
                 stream: s.stream.clone(),
                 queue: s.queue.clone(),
-                mailer: s.mailer.clone(),
-                alerts: s.alerts.clone(),
+                mailer: outputs.mailer.clone(),
+                alerts: outputs.alerts.clone(),
                 status_sink: s.status_sink.clone(),
                 outputs: Arc::new(outputs.clone()),
                 local_outputs: Some(outputs),
@@ -646,9 +654,17 @@ async fn build_with(
         }
         StackKind::Aws => aws_parts(config, &clock, first).await?,
     };
-    // `[mail]`: SMTP in front of the stack's own log, if configured
-    let (mailer, outputs) =
-        crate::mail::mail_ports(&config.mail, parts.mailer.clone(), parts.outputs.clone())?;
+    // `[mail]`: SMTP or SES in front of the stack's own log, and `[alerts]`:
+    // SNS in front of it, if configured (the SDK as `[stack.aws.sdk]` says)
+    let sdk = &config.stack.aws.sdk;
+    let (mailer, outputs) = crate::mail::mail_ports(
+        &config.mail,
+        sdk,
+        parts.mailer.clone(),
+        parts.outputs.clone(),
+    )
+    .await?;
+    let alerts = crate::alerts::alerts_port(&config.alerts, sdk, parts.alerts.clone()).await?;
     let bare = Ports {
         ledger,
         records: parts.records,
@@ -656,7 +672,7 @@ async fn build_with(
         queue: parts.queue,
         coordination,
         mailer,
-        alerts: parts.alerts,
+        alerts,
         status_sink: parts.status_sink,
         clock,
     };

@@ -36,6 +36,12 @@
 //! loopback_sns_port = 9090    # also trust the mock's certificate on loopback
 //! topic_arns = ["arn:aws:sns:ap-southeast-1:000000000000:bkash-ipn"]
 //!
+//! [mail]
+//! kind = "outputs"            # or "smtp" ([mail.smtp]), or "ses" ([mail.ses])
+//!
+//! [alerts]
+//! kind = "outputs"            # or "sns", with topic_arn
+//!
 //! [faults]                    # rehearsals only (environment = "rehearsal")
 //! instance = "instance-1"     # this instance's label: the schedule's `instances` name it
 //! seed = 7                    # the run's seed (the label is mixed in: instances toss their own coins)
@@ -357,6 +363,8 @@ pub struct ServerConfig {
     pub faults: Option<FaultsConfig>,
     /// Where confirmation emails go.
     pub mail: MailConfig,
+    /// Where alerts go.
+    pub alerts: AlertsConfig,
 }
 
 /// Where confirmation emails go (`[mail] kind`).
@@ -371,6 +379,11 @@ pub enum MailKind {
     /// logged in the stack's output log, which the audit reads unless
     /// `readback_maildir` is set.
     Smtp,
+    /// Amazon SES v2 (`[mail.ses]`), the same raw message as over SMTP,
+    /// through the SDK configured by `[stack.aws.sdk]` (whatever the
+    /// stack). Each email SES took is also logged in the stack's output
+    /// log, which the audit reads unless `readback_moto_url` is set.
+    Ses,
 }
 
 /// `[mail]`: where confirmation emails go, and where the audit reads them.
@@ -387,21 +400,86 @@ pub struct MailConfig {
     /// delivered there, as the candidates received them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub readback_maildir: Option<PathBuf>,
+    /// SES, for `kind = "ses"`: the verified sender, the domains, the
+    /// configuration set, the bound on each send.
+    pub ses: booking_aws::SesConfig,
+    /// The moto server SES sends go to (`http://127.0.0.1:<port>`), for
+    /// `kind = "ses"` in a rehearsal: the audit then counts the emails moto
+    /// recorded from `mail.ses.from` (`booking_aws::SesMotoOutputs`). Read
+    /// from this file only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readback_moto_url: Option<String>,
 }
 
 impl MailConfig {
-    /// Checks `[mail]`: SMTP settings that work and leak nothing, and a
-    /// read-back Maildir only with SMTP.
+    /// Checks `[mail]`: SMTP or SES settings that work (and leak nothing),
+    /// a read-back Maildir only with SMTP, a read-back moto only with SES.
     pub fn check(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        if self.readback_maildir.is_some() && self.kind != MailKind::Smtp {
+            return bad("mail.readback_maildir is for kind = \"smtp\"");
+        }
+        if self.readback_moto_url.is_some() && self.kind != MailKind::Ses {
+            return bad("mail.readback_moto_url is for kind = \"ses\"");
+        }
         match self.kind {
             MailKind::Smtp => self
                 .smtp
                 .check()
                 .map_err(|e| ConfigError::Invalid(format!("mail.{e}"))),
-            MailKind::Outputs if self.readback_maildir.is_some() => Err(ConfigError::Invalid(
-                "mail.readback_maildir is for kind = \"smtp\"".into(),
-            )),
+            MailKind::Ses => {
+                self.ses
+                    .check()
+                    .map_err(|e| ConfigError::Invalid(format!("mail.{e}")))?;
+                if let Some(url) = &self.readback_moto_url {
+                    booking_aws::ses_readback::check_moto_url(url).map_err(|e| {
+                        ConfigError::Invalid(format!("mail.readback_moto_url: {e}"))
+                    })?;
+                }
+                Ok(())
+            }
             MailKind::Outputs => Ok(()),
+        }
+    }
+}
+
+/// Where alerts go (`[alerts] kind`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertsKind {
+    /// The stack's own output log only, the default.
+    #[default]
+    Outputs,
+    /// An SNS topic (`topic_arn`), through the SDK configured by
+    /// `[stack.aws.sdk]`; every alert is recorded in the stack's output log
+    /// too, which the audit reads.
+    Sns,
+}
+
+/// `[alerts]`: where alerts to a human go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Where.
+    pub kind: AlertsKind,
+    /// The topic, for `kind = "sns"`
+    /// (`arn:aws:sns:<region>:<account>:<name>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic_arn: Option<String>,
+}
+
+impl AlertsConfig {
+    /// Checks `[alerts]`: a topic ARN exactly when `kind = "sns"`.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        match (self.kind, &self.topic_arn) {
+            (AlertsKind::Sns, None) => {
+                bad("alerts.topic_arn is needed for kind = \"sns\": the topic to publish to".into())
+            }
+            (AlertsKind::Sns, Some(arn)) => booking_aws::alerts::check_topic_arn(arn)
+                .map_err(|e| ConfigError::Invalid(format!("alerts.topic_arn: {e}"))),
+            (AlertsKind::Outputs, Some(_)) => bad("alerts.topic_arn is for kind = \"sns\"".into()),
+            (AlertsKind::Outputs, None) => Ok(()),
         }
     }
 }
@@ -471,6 +549,7 @@ impl Default for ServerConfig {
             environment: Environment::Production,
             faults: None,
             mail: MailConfig::default(),
+            alerts: AlertsConfig::default(),
         }
     }
 }
@@ -566,6 +645,7 @@ impl ServerConfig {
                 .map_err(|e| ConfigError::Invalid(format!("faults.schedule: {e}")))?;
         }
         self.mail.check()?;
+        self.alerts.check()?;
         if self.levels.is_empty() {
             return bad("at least one level is needed".into());
         }
@@ -1090,6 +1170,90 @@ mod tests {
             ..ServeArgs::default()
         };
         assert_eq!(args.load().unwrap().effective_settings().check(), Ok(()));
+    }
+
+    #[test]
+    fn ses_mail_and_sns_alerts_are_configured_in_their_tables() {
+        let c = ServerConfig::from_toml(
+            r#"
+            [mail]
+            kind = "ses"
+            readback_moto_url = "http://127.0.0.1:5000"
+            [mail.ses]
+            from = "Tickets <tickets@example.com>"
+            configuration_set = "sale-mail"
+            send_timeout_ms = 4000
+            [alerts]
+            kind = "sns"
+            topic_arn = "arn:aws:sns:ap-southeast-1:123456789012:sellout-alerts"
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.mail.kind, MailKind::Ses);
+        assert_eq!(c.mail.ses.from, "Tickets <tickets@example.com>");
+        assert_eq!(c.mail.ses.configuration_set.as_deref(), Some("sale-mail"));
+        assert_eq!(c.mail.ses.send_timeout_ms, 4000);
+        assert_eq!(
+            c.mail.readback_moto_url.as_deref(),
+            Some("http://127.0.0.1:5000")
+        );
+        assert_eq!(c.alerts.kind, AlertsKind::Sns);
+        assert_eq!(
+            c.alerts.topic_arn.as_deref(),
+            Some("arn:aws:sns:ap-southeast-1:123456789012:sellout-alerts")
+        );
+        // the defaults: the stack's own outputs for both
+        let d = ServerConfig::default();
+        assert_eq!(
+            (d.mail.kind, d.alerts.kind),
+            (MailKind::Outputs, AlertsKind::Outputs)
+        );
+        d.validate().unwrap();
+    }
+
+    #[test]
+    fn ses_and_sns_without_what_they_need_are_refused_naming_the_setting() {
+        let refused = |toml: &str, names: &str| {
+            let e = ServerConfig::from_toml(toml)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(names), "{toml}: {e}");
+        };
+        refused("[mail]\nkind = \"ses\"", "mail.ses: from is empty");
+        refused(
+            "[mail]\nkind = \"ses\"\n[mail.ses]\nfrom = \"not an address\"",
+            "mail.ses: from",
+        );
+        refused(
+            "[mail]\nkind = \"ses\"\n[mail.ses]\nfrom = \"t@example.com\"\nsend_timeout_ms = 0",
+            "mail.ses: send_timeout_ms",
+        );
+        refused(
+            "[mail]\nkind = \"ses\"\nreadback_moto_url = \"file:///tmp/x\"\n[mail.ses]\nfrom = \"t@example.com\"",
+            "mail.readback_moto_url",
+        );
+        refused(
+            "[mail]\nreadback_moto_url = \"http://127.0.0.1:5000\"",
+            "mail.readback_moto_url is for kind = \"ses\"",
+        );
+        refused(
+            "[mail]\nkind = \"ses\"\nreadback_maildir = \"/tmp/m\"\n[mail.ses]\nfrom = \"t@example.com\"",
+            "mail.readback_maildir is for kind = \"smtp\"",
+        );
+        refused("[alerts]\nkind = \"sns\"", "alerts.topic_arn is needed");
+        refused(
+            "[alerts]\nkind = \"sns\"\ntopic_arn = \"sellout-alerts\"",
+            "alerts.topic_arn: topic ARN",
+        );
+        refused(
+            "[alerts]\ntopic_arn = \"arn:aws:sns:us-east-1:123456789012:a\"",
+            "alerts.topic_arn is for kind = \"sns\"",
+        );
+        assert!(ServerConfig::from_toml("[mail.ses]\nmade_up = 1").is_err());
+        assert!(ServerConfig::from_toml("[alerts]\nkind = \"pager\"").is_err());
     }
 
     #[tokio::test]

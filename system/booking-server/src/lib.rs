@@ -20,9 +20,12 @@
 //! - [`admin`]: the `/ops/` HTTP routes over [`ops`]; [`faults_routes`]:
 //!   `/ops/faults` and `/ops/faults/start`, and the fired faults' counter on
 //!   `/metrics` (with `[faults]` only).
+//! - [`mail`], [`alerts`]: `[mail]` (SMTP or SES) and `[alerts]` (SNS) in
+//!   front of the stack's own logs, which the audit reads.
 //! - [`cli`]: the `booking` binary's subcommands.
 
 pub mod admin;
+pub mod alerts;
 pub mod armed;
 pub mod audit_snapshot;
 pub mod build;

@@ -1,8 +1,10 @@
 //! `[mail]` on an instance: with `kind = "smtp"` the confirmation emails go
-//! to the SMTP server, and each one the server took is logged in the stack's
-//! own output log too ([`LoggedMailer`]), so an audit of any deployment
-//! counts what was sent; with `readback_maildir`, the audit reads the emails
-//! the server delivered instead (`booking_smtp::MaildirOutputs`).
+//! to the SMTP server, with `kind = "ses"` to Amazon SES (the same raw
+//! message), and each one the server took is logged in the stack's own
+//! output log too ([`LoggedMailer`]), so an audit of any deployment counts
+//! what was sent; with `readback_maildir` (SMTP) or `readback_moto_url`
+//! (SES on moto), the audit reads the emails the server delivered instead
+//! (`booking_smtp::MaildirOutputs`, `booking_aws::SesMotoOutputs`).
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use crate::config::{ConfigError, MailConfig, MailKind};
 /// out, and sending it again would be the repeat the design avoids.
 #[derive(Debug)]
 pub struct LoggedMailer {
-    /// The mailer that delivers (SMTP).
+    /// The mailer that delivers (SMTP, SES).
     pub primary: Arc<dyn Mailer>,
     /// The stack's log of sent emails.
     pub log: Arc<dyn Mailer>,
@@ -40,13 +42,34 @@ pub type MailPorts = (Arc<dyn Mailer>, Arc<dyn OutputLog>);
 
 /// The mailer and the output log of an instance under `[mail]` (checked
 /// with the rest of the config, [`MailConfig::check`]), from the stack's
-/// own (`log`, `outputs`).
-pub fn mail_ports(
+/// own (`log`, `outputs`); SES gets its client from `aws` (the standard
+/// configuration, then `[stack.aws.sdk]`).
+pub async fn mail_ports(
     mail: &MailConfig,
+    aws: &booking_aws::AwsSettings,
     log: Arc<dyn Mailer>,
     outputs: Arc<dyn OutputLog>,
 ) -> Result<MailPorts, ConfigError> {
     match mail.kind {
+        MailKind::Ses => {
+            let sdk = aws.load().await;
+            let ses = booking_aws::SesMailer::new(aws.ses_client(&sdk), mail.ses.clone())
+                .map_err(|e| ConfigError::Invalid(format!("mail.{e}")))?;
+            let mailer: Arc<dyn Mailer> = Arc::new(LoggedMailer {
+                primary: Arc::new(ses),
+                log,
+            });
+            let outputs: Arc<dyn OutputLog> = match &mail.readback_moto_url {
+                Some(url) => Arc::new(booking_aws::SesMotoOutputs {
+                    base: outputs,
+                    moto: booking_aws::SesMotoLog::new(url, &mail.ses.from).map_err(|e| {
+                        ConfigError::Invalid(format!("mail.readback_moto_url: {e}"))
+                    })?,
+                }),
+                None => outputs,
+            };
+            Ok((mailer, outputs))
+        }
         MailKind::Outputs => Ok((log, outputs)),
         MailKind::Smtp => {
             let smtp = booking_smtp::SmtpMailer::new(mail.smtp.clone())

@@ -279,6 +279,7 @@ async fn a_rehearsal_mailing_over_smtp_delivers_one_email_per_paid_booking() {
             ..booking_smtp::SmtpConfig::default()
         },
         readback_maildir: Some(sink.maildir.clone()),
+        ..MailConfig::default()
     };
     let stack = StackConfig {
         kind: StackKind::Embedded,
@@ -591,6 +592,7 @@ async fn emails_owed_while_smtp_is_down_are_listed_then_resent_once() {
             ..booking_smtp::SmtpConfig::default()
         },
         readback_maildir: Some(maildir.clone()),
+        ..MailConfig::default()
     };
     let stack = StackConfig {
         kind: StackKind::Embedded,

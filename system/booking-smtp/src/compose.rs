@@ -30,6 +30,58 @@ pub enum ComposeError {
     Invalid(String),
 }
 
+/// Who a confirmation email is from and what its names point at: what
+/// composing takes of a mailer's settings, the same for every transport
+/// (`[mail.smtp]` here, `[mail.ses]` in `booking-aws`), so an email is the
+/// same bytes whichever way it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addressing<'a> {
+    /// The `From` address, e.g. `Tickets <tickets@example.com>`.
+    pub from: &'a str,
+    /// A candidate's address is `<candidate hash>@<recipient_domain>`.
+    pub recipient_domain: &'a str,
+    /// The right-hand side of every Message-ID.
+    pub message_id_domain: &'a str,
+}
+
+/// A domain part as an address or a Message-ID takes it: labels of ASCII
+/// letters, digits and hyphens.
+pub(crate) fn domain_ok(d: &str) -> bool {
+    !d.is_empty()
+        && d.len() <= 253
+        && d.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+impl Addressing<'_> {
+    /// Checks that an email can be composed with these: both domains are
+    /// domains and `from` is an address. The error names the setting.
+    pub fn check(&self) -> Result<(), String> {
+        if !domain_ok(self.recipient_domain) {
+            return Err(format!(
+                "recipient_domain {:?} is not a domain",
+                self.recipient_domain
+            ));
+        }
+        if !domain_ok(self.message_id_domain) {
+            return Err(format!(
+                "message_id_domain {:?} is not a domain",
+                self.message_id_domain
+            ));
+        }
+        if self.from.trim().is_empty() {
+            return Err("from is empty".to_owned());
+        }
+        if self.from.parse::<Mailbox>().is_err() {
+            return Err(format!("from {:?} is not an address", self.from));
+        }
+        Ok(())
+    }
+}
+
 /// The candidate's address: `<candidate hash>@<domain>`.
 pub fn recipient(confirmation: &Confirmation, domain: &str) -> String {
     format!("{}@{domain}", confirmation.candidate.as_str())
@@ -46,16 +98,26 @@ fn header(name: &str, value: String) -> Result<HeaderValue, ComposeError> {
 /// the candidate's address, a text body, and the `X-Sellout-*` headers that
 /// [`read_back`] reads.
 pub fn compose(confirmation: &Confirmation, config: &SmtpConfig) -> Result<Message, ComposeError> {
+    compose_with(confirmation, config.addressing())
+}
+
+/// [`compose`] with the addressing given: what a mailer other than SMTP
+/// sends (SES takes the raw message, `Message::formatted`).
+pub fn compose_with(
+    confirmation: &Confirmation,
+    addressing: Addressing<'_>,
+) -> Result<Message, ComposeError> {
     let c = confirmation;
-    let from: Mailbox = config
+    let a = addressing;
+    let from: Mailbox = a
         .from
         .parse()
-        .map_err(|e| ComposeError::Invalid(format!("from {:?}: {e}", config.from)))?;
-    let to: Mailbox = recipient(c, &config.recipient_domain)
+        .map_err(|e| ComposeError::Invalid(format!("from {:?}: {e}", a.from)))?;
+    let to: Mailbox = recipient(c, a.recipient_domain)
         .parse()
         .map_err(|e| ComposeError::Invalid(format!("recipient: {e}")))?;
     let mut builder = Message::builder()
-        .message_id(Some(c.message_id(&config.message_id_domain)))
+        .message_id(Some(c.message_id(a.message_id_domain)))
         .from(from)
         .to(to)
         .subject(format!("Your seat is confirmed: {} ({})", c.level, c.sale))

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::compose::Addressing;
+
 /// How the connection is secured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -86,19 +88,16 @@ fn invalid(why: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(why.into())
 }
 
-/// A domain part as an address or a Message-ID takes it: labels of ASCII
-/// letters, digits and hyphens.
-fn domain_ok(d: &str) -> bool {
-    !d.is_empty()
-        && d.len() <= 253
-        && d.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
-}
-
 impl SmtpConfig {
+    /// What composing an email takes of these settings.
+    pub fn addressing(&self) -> Addressing<'_> {
+        Addressing {
+            from: &self.from,
+            recipient_domain: &self.recipient_domain,
+            message_id_domain: &self.message_id_domain,
+        }
+    }
+
     /// The longest wait for one send.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
@@ -123,21 +122,7 @@ impl SmtpConfig {
         if self.port == 0 {
             return Err(invalid("port 0"));
         }
-        if !domain_ok(&self.recipient_domain) {
-            return Err(invalid(format!(
-                "recipient_domain {:?} is not a domain",
-                self.recipient_domain
-            )));
-        }
-        if !domain_ok(&self.message_id_domain) {
-            return Err(invalid(format!(
-                "message_id_domain {:?} is not a domain",
-                self.message_id_domain
-            )));
-        }
-        if self.from.parse::<lettre::message::Mailbox>().is_err() {
-            return Err(invalid(format!("from {:?} is not an address", self.from)));
-        }
+        self.addressing().check().map_err(invalid)?;
         if self.timeout_ms == 0 || self.pool_max == 0 {
             return Err(invalid("timeout_ms and pool_max must be at least 1"));
         }

@@ -12,6 +12,8 @@
 //!   address (`<hash>@<recipient_domain>`), a text body, and `X-Sellout-*`
 //!   headers that say which booking it confirms, so [`read_back`] (pure)
 //!   recovers the [`Confirmation`] from the raw message a server stored.
+//!   [`compose_with`] is the same message for another transport (SES in
+//!   `booking-aws` sends it raw), from an [`Addressing`].
 //! - [`MaildirLog`] reads every message delivered into a Maildir (the one
 //!   `scripts/smtp-sink` writes), for a rehearsal's audit.
 //!
@@ -28,8 +30,8 @@ mod maildir;
 mod mailer;
 
 pub use compose::{
-    ComposeError, Delivered, HEADER_CANDIDATE, HEADER_LEVEL, HEADER_PAYMENT, HEADER_RECOVERED,
-    HEADER_SALE, HEADER_TRX, compose, read_back, recipient,
+    Addressing, ComposeError, Delivered, HEADER_CANDIDATE, HEADER_LEVEL, HEADER_PAYMENT,
+    HEADER_RECOVERED, HEADER_SALE, HEADER_TRX, compose, compose_with, read_back, recipient,
 };
 pub use config::{ConfigError, SmtpConfig, SmtpTls};
 pub use maildir::{MaildirLog, MaildirOutputs};

@@ -55,3 +55,17 @@ pub fn held(c: &str, p: &str, created_ms: u64, hold_ms: u64) -> BookingRecord {
 pub fn pay(p: &str) -> PaymentId {
     PaymentId::parse(p).unwrap()
 }
+
+/// A server on loopback that accepts every connection and never answers:
+/// its URL. The connections stay open as long as the runtime runs.
+pub async fn black_hole() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    url
+}
