@@ -848,6 +848,7 @@ async fn simulate(config: &SimConfig) -> Result<SimReport, SimError> {
         extended: reconcilers.iter().map(|r| r.stats().extended).sum(),
         alerts: snapshot.alerts.as_ref().map_or(0, Vec::len) as u64,
         emails: snapshot.emails.len() as u64,
+        email_figures: booking_audit::EmailFigures::of(&snapshot),
         redelivered: workers.iter().map(|w| w.stats().duplicates).sum(),
         dead_letters,
         faults_fired: injector.counts().iter().map(|c| c.fired).sum(),

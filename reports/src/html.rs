@@ -649,6 +649,22 @@ pub fn render_report(r: &Report) -> String {
         ("Alerts".to_owned(), fmt_int(s.alerts)),
         ("Emails".to_owned(), fmt_int(s.emails)),
     ]);
+    if let Some(m) = &s.mail {
+        rows.extend([
+            (
+                format!("↳ delivered by {}", m.kind),
+                format!(
+                    "{} for {} PAID ({} Message-IDs, {} recovered, {} repeats)",
+                    fmt_int(m.delivered),
+                    fmt_int(m.paid),
+                    fmt_int(m.message_ids),
+                    fmt_int(m.recovered),
+                    fmt_int(m.repeats)
+                ),
+            ),
+            ("↳ read from".to_owned(), m.read_from.clone()),
+        ]);
+    }
     kv_table(&mut out, &rows);
     out.push_str(r#"</section><section><h2>Load</h2>"#);
     kv_table(

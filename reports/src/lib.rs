@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 pub use compare::{Comparison, compare};
 pub use merge::{MergeError, merge};
 pub use model::{
-    Fault, InvariantResult, LevelFigures, LoadFigures, Merged, Phase, QueueFigures, Relaxed,
-    Report, SCHEMA, SaleFigures, Sample, ShardInfo, TransactionFigures, Verdict,
+    Fault, InvariantResult, LevelFigures, LoadFigures, MailFigures, Merged, Phase, QueueFigures,
+    Relaxed, Report, SCHEMA, SaleFigures, Sample, ShardInfo, TransactionFigures, Verdict,
 };
 
 /// The report's file name in a run folder.

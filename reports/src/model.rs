@@ -192,8 +192,36 @@ pub struct SaleFigures {
     pub resold: u64,
     /// Alerts raised.
     pub alerts: u64,
-    /// Confirmation emails sent.
+    /// Confirmation emails sent (with [`SaleFigures::mail`]: the ones the
+    /// mail server delivered).
     pub emails: u64,
+    /// The emails as a real mail server delivered them, read back after the
+    /// audit (`scenarios rehearse --mail smtp|ses`; `None`: the stack's own
+    /// output log counted them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail: Option<MailFigures>,
+}
+
+/// The confirmation emails a mail server delivered, read back from it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MailFigures {
+    /// `smtp` (scripts/smtp-sink) or `ses` (SES on moto).
+    pub kind: String,
+    /// Where they were read from (the Maildir, or moto's state document).
+    pub read_from: String,
+    /// Emails delivered, repeats included.
+    pub delivered: u64,
+    /// Bookings (payments) with at least one email delivered.
+    pub bookings: u64,
+    /// Distinct Message-IDs among the emails delivered.
+    pub message_ids: u64,
+    /// PAID bookings at the end of the run.
+    pub paid: u64,
+    /// Emails the email sweep sent (the first send failed, or its outcome
+    /// was unknown).
+    pub recovered: u64,
+    /// Emails beyond the first for one booking.
+    pub repeats: u64,
 }
 
 /// One level at the end of the run.

@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener as StdListener, TcpStream, ToSocketAddrs};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::mail::MailServer;
 use crate::profile::{Profile, Webhooks};
 
 /// How long an instance gets to stop before its task is aborted.
@@ -67,6 +69,9 @@ pub enum FleetError {
     /// The profile cannot describe a fleet.
     #[error("invalid fleet: {0}")]
     Invalid(String),
+    /// The mail server (`--mail smtp|ses`) could not start.
+    #[error(transparent)]
+    Mail(#[from] crate::mail::MailError),
 }
 
 /// The sale at one moment.
@@ -311,6 +316,9 @@ pub struct Fleet {
     /// The links' proxies (a schedule's link faults, or the toxiproxy API
     /// asked for): kept open while the fleet runs.
     links: Option<Links>,
+    /// The mail server every instance sends through (`--mail smtp|ses`),
+    /// stopped with the fleet.
+    pub(crate) mail: Option<MailServer>,
 }
 
 /// The fleet's webhook endpoint: the first instance's (as a load balancer
@@ -368,8 +376,17 @@ pub fn rehearsal_config(
 
 impl Fleet {
     /// Starts what `profile` describes: the in-process fleet, or a handle on
-    /// the remote target.
+    /// the remote target. A mail server (`profile.mail`) keeps its files in
+    /// a temporary folder of its own: [`Fleet::start_in`] puts them in the
+    /// run folder.
     pub async fn start(profile: &Profile) -> Result<Fleet, FleetError> {
+        let dir = std::env::temp_dir().join(format!("sellout-mail-{:016x}", rand::random::<u64>()));
+        Fleet::start_in(profile, &dir).await
+    }
+
+    /// [`Fleet::start`], the mail server's files (the sink's Maildir and
+    /// log) in `dir`, the run folder.
+    pub async fn start_in(profile: &Profile, dir: &Path) -> Result<Fleet, FleetError> {
         let sale = SaleId::parse(&profile.sale).map_err(|e| FleetError::Invalid(e.to_string()))?;
         let caps: Vec<(Level, u32)> = profile
             .levels
@@ -405,8 +422,9 @@ impl Fleet {
                 redis: None,
                 faults: None,
                 links: None,
+                mail: None,
             }),
-            None => Fleet::start_local(profile, sale, caps, overdue_after).await,
+            None => Fleet::start_local(profile, sale, caps, overdue_after, dir).await,
         }
     }
 
@@ -415,7 +433,11 @@ impl Fleet {
         sale: SaleId,
         caps: Vec<(Level, u32)>,
         overdue_after: Duration,
+        dir: &Path,
     ) -> Result<Fleet, FleetError> {
+        // first, so every instance is built sending to it (on an error
+        // below, dropping it stops it)
+        let mail = MailServer::start(profile, dir).await?;
         let mut listeners = Vec::with_capacity(profile.instances);
         let mut urls = Vec::with_capacity(profile.instances);
         for _ in 0..profile.instances {
@@ -455,6 +477,13 @@ impl Fleet {
         };
         let mut config =
             rehearsal_config(profile, &sale, profile.stack.kind, redis_url, &mock, topic);
+        if let Some(m) = &mail {
+            m.configure(&mut config.mail);
+            config
+                .mail
+                .check()
+                .map_err(|e| FleetError::Invalid(e.to_string()))?;
+        }
         let schedule = profile
             .fault_schedule()
             .map_err(|e| FleetError::Invalid(e.to_string()))?;
@@ -535,7 +564,22 @@ impl Fleet {
             redis,
             faults,
             links,
+            mail,
         })
+    }
+
+    /// The mail server the instances send through (`--mail smtp|ses`).
+    pub fn mail(&self) -> Option<&MailServer> {
+        self.mail.as_ref()
+    }
+
+    /// The run folder's files the fleet writes besides the report's (the
+    /// mail server's log), by name.
+    pub fn files(&self) -> Vec<String> {
+        self.mail
+            .as_ref()
+            .map(MailServer::files)
+            .unwrap_or_default()
     }
 
     /// The proxies of the fleet's links, if it has any (a schedule's link
@@ -983,6 +1027,8 @@ impl Fleet {
             mock.stop().await;
         }
         drop(self.redis.take());
+        // after the instances: nothing sends any more
+        drop(self.mail.take());
     }
 }
 

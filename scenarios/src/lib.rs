@@ -13,6 +13,9 @@
 //!   during the load (processes killed, paused and restarted, toxics on the
 //!   links to Redis and the gateway, gateway rules, port faults inside the
 //!   instances), each window with what it fired and what the system did.
+//! - [`mail`]: `--mail smtp|ses`: the confirmation emails through a real
+//!   mail server (`scripts/smtp-sink`, or SES on moto), counted from what it
+//!   delivered.
 //! - [`load`]: the open-model load engine over goose.
 //! - [`rehearse`]: the phases (setup, rush, late, settle, audit, report).
 //! - [`shard`]: `--shard INDEX/COUNT`: one shard of the load against a
@@ -30,6 +33,7 @@ pub mod cpu;
 pub mod fleet;
 pub mod kills;
 pub mod load;
+pub mod mail;
 pub mod processes;
 pub mod profile;
 pub mod progress;

@@ -59,6 +59,13 @@ struct RehearseArgs {
     /// Booking instances of the local fleet.
     #[arg(long)]
     instances: Option<usize>,
+    /// Where the confirmation emails go: the stack's own log (`outputs`,
+    /// the default), `scripts/smtp-sink` on a free port with its Maildir in
+    /// the run folder (`smtp`; needs the venv of scripts/setup), or SES on
+    /// the local emulators' moto (`ses`; `--stack aws` only). With a mail
+    /// server, the audit counts what it delivered.
+    #[arg(long, value_enum)]
+    mail: Option<scenarios::mail::Mail>,
     /// The local fleet: tasks of this process (`in-process`, the default),
     /// or `booking serve --stack redis` OS processes on a private
     /// redis-server (`processes`; implies `--stack redis`).
@@ -157,6 +164,9 @@ impl RehearseArgs {
         }
         if let Some(n) = self.instances {
             sets.push(format!("instances={n}"));
+        }
+        if let Some(mail) = self.mail {
+            sets.push(format!("mail={}", quote(mail.name())));
         }
         if let Some(f) = &self.faults {
             sets.push(format!("faults={}", quote(f)));

@@ -710,6 +710,15 @@ impl ProcessFleet {
                 .await
                 .map_err(|e| ProcessError::Invalid(format!("provisioning: {e}")))?;
         }
+        // the mail server (`--mail smtp|ses`), its Maildir and log in the
+        // run folder; the fleet view below owns it (on an error before,
+        // dropping it stops it)
+        let mail = crate::mail::MailServer::start(profile, log_dir)
+            .await
+            .map_err(FleetError::from)?;
+        if let Some(m) = &mail {
+            m.configure(&mut base.mail);
+        }
         base.admin_token = Some(admin_token.clone());
         fleet.admin_token = admin_token.clone();
         fleet.mock_url = mock.url.clone();
@@ -797,6 +806,7 @@ impl ProcessFleet {
         );
         driven.booking_urls = order;
         driven.mock = Some(mock);
+        driven.mail = mail;
         driven.stack_name = "redis-processes".to_owned();
         Ok((fleet, driven))
     }
@@ -920,7 +930,7 @@ pub async fn run(
             Ok(Extras {
                 kills: Some(driver),
                 conductor: processes.conductor()?,
-                files: processes.log_files().to_vec(),
+                files: [processes.log_files(), &fleet.files()].concat(),
                 shard: None,
             })
         });

@@ -221,6 +221,11 @@ pub struct Profile {
     pub redis_aof: bool,
     /// Backends of the local fleet.
     pub stack: StackProfile,
+    /// Where the confirmation emails go: the stack's own output log
+    /// (`outputs`), `scripts/smtp-sink` (`smtp`), or SES on moto (`ses`,
+    /// `--stack aws`); with a mail server the audit counts what it
+    /// delivered ([`crate::mail`]).
+    pub mail: crate::mail::Mail,
     /// When the in-process mock gateway's SNS webhooks (one per completed
     /// payment, RSA-signed: the webhook confirm path) are subscribed.
     pub webhooks: Webhooks,
@@ -290,6 +295,7 @@ impl Default for Profile {
             links_api: None,
             redis_aof: true,
             stack: StackProfile::default(),
+            mail: crate::mail::Mail::Outputs,
             webhooks: Webhooks::AfterRush,
             target: None,
             target_gateway: None,
@@ -366,6 +372,9 @@ impl Profile {
                     self.stack.kind
                 ));
             }
+        }
+        if let Some(why) = self.mail.refusal(self.stack.kind, self.target.is_some()) {
+            return bad(why);
         }
         if !self.kills.is_empty() && self.fleet != FleetKind::Processes {
             return bad("kills need a process fleet (--fleet processes)".into());
@@ -740,6 +749,31 @@ mod tests {
         assert!(e.contains("instance 2 of 2"), "{e}");
         let e = refused(&["kills=[\"0@rush=7\"]"]);
         assert!(e.contains("[0, 1]"), "{e}");
+    }
+
+    #[test]
+    fn mail_over_ses_is_refused_off_the_aws_stack() {
+        let load = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+            Profile::load(Some("ci"), &sets)
+        };
+        let e = load(&["mail=\"ses\""]).unwrap_err().to_string();
+        assert!(e.contains("--mail ses needs --stack aws"), "{e}");
+        let e = load(&["mail=\"ses\"", "stack.kind=\"redis\""])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--mail ses needs --stack aws"), "{e}");
+        let p = load(&["mail=\"ses\"", "stack.kind=\"aws\""]).unwrap();
+        assert_eq!(p.mail, crate::mail::Mail::Ses);
+        assert_eq!(
+            load(&["mail=\"smtp\""]).unwrap().mail,
+            crate::mail::Mail::Smtp
+        );
+        let e = load(&["mail=\"smtp\"", "target=\"http://127.0.0.1:1\""])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a remote target mails as its own"), "{e}");
+        assert!(load(&["mail=\"imap\""]).is_err());
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub fn summary(report: &Report, folder: &str) -> String {
         .collect::<Vec<_>>()
         .join("  ");
     let _ = writeln!(s, "levels {levels}");
+    if let Some(m) = &sale.mail {
+        let _ = writeln!(s, "{}", mail_line(m));
+    }
     let _ = writeln!(
         s,
         "queue  oldest message {} ms; {} dead letters",
@@ -139,6 +142,21 @@ pub fn summary(report: &Report, folder: &str) -> String {
     }
     let _ = writeln!(s, "report {folder}");
     s
+}
+
+/// The summary's mail line: what the mail server delivered, read back.
+pub fn mail_line(m: &reports::MailFigures) -> String {
+    format!(
+        "mail   {}: {} emails delivered for {} PAID bookings ({} with an email, {} Message-IDs; {} recovered sends, {} repeats); read from {}",
+        m.kind,
+        thousands(m.delivered),
+        thousands(m.paid),
+        thousands(m.bookings),
+        thousands(m.message_ids),
+        thousands(m.recovered),
+        thousands(m.repeats),
+        m.read_from
+    )
 }
 
 #[cfg(test)]

@@ -69,6 +69,9 @@ pub enum RehearseError {
     /// A shard of a sharded load could not start.
     #[error(transparent)]
     Shard(#[from] ShardError),
+    /// The mail server's emails could not be read back.
+    #[error(transparent)]
+    Mail(#[from] crate::mail::MailError),
 }
 
 /// Where a run's files go: `<out>/<UTC timestamp>-<seed>/`, made when the
@@ -182,15 +185,22 @@ pub async fn rehearse(profile: &Profile, progress: Progress) -> Result<Outcome, 
     if profile.fleet == FleetKind::Processes {
         return crate::processes::rehearse(profile, progress).await;
     }
-    let fleet = Fleet::start(profile).await?;
+    // a mail server keeps its Maildir in the run folder: the folder first
+    let early = match profile.mail {
+        crate::mail::Mail::Outputs => None,
+        _ => Some(RunPlace::new(profile)?),
+    };
+    let fleet = match &early {
+        Some(place) => Fleet::start_in(profile, &place.dir).await?,
+        None => Fleet::start(profile).await?,
+    };
     let outcome = match fleet.conductor() {
-        Ok(None) => run_on(&fleet, profile, progress).await,
-        Ok(Some(conductor)) => match RunPlace::new(profile) {
+        Ok(conductor) => match early.map_or_else(|| RunPlace::new(profile), Ok) {
             Ok(place) => {
                 let extras = Extras {
                     kills: None,
-                    conductor: Some(conductor),
-                    files: Vec::new(),
+                    conductor,
+                    files: fleet.files(),
                     shard: None,
                 };
                 run_with(&fleet, profile, progress, place, Some(extras)).await
@@ -755,7 +765,19 @@ pub async fn run_with(
     // report
     let report_start = ms_since(t0);
     let holds = holds_created(&result);
-    let sale = sale_figures(profile, &final_snap, holds, gateway_ledger.as_ref());
+    let mut sale = sale_figures(profile, &final_snap, holds, gateway_ledger.as_ref());
+    // with a mail server, the emails are what it delivered, read back now
+    // (after the audit, which read them too)
+    if let (Some(m), true) = (fleet.mail(), coordinates) {
+        let delivered = m.delivered().await?;
+        let figures = crate::mail::figures(m.kind(), m.read_from(), &delivered, final_snap.paid);
+        say(&format!(
+            "mail: {} emails delivered by {} for {} PAID bookings",
+            figures.delivered, figures.kind, figures.paid
+        ));
+        sale.emails = figures.delivered;
+        sale.mail = Some(figures);
+    }
     let passed = invariants.iter().all(|i| i.passed);
     let mut report = Report {
         schema: reports::SCHEMA,
@@ -1065,6 +1087,7 @@ fn sale_figures(
         resold,
         alerts: snap.alerts,
         emails: snap.emails,
+        mail: None,
     }
 }
 

@@ -30,6 +30,10 @@ pub struct SimReport {
     pub alerts: u64,
     /// Emails delivered.
     pub emails: u64,
+    /// What became of the emails: delivered, recovered by the sweep,
+    /// repeats, missing, owed, failed tries.
+    #[serde(default)]
+    pub email_figures: booking_audit::EmailFigures,
     /// Messages the worker found already written (a redelivery after a
     /// failed delete, or a duplicate send).
     pub redelivered: u64,
@@ -77,7 +81,7 @@ impl SimReport {
         format!(
             "seed {}: {} virtual s in {} ms wall; {} requests, {} admitted, {} undone, \
              {} paid, {} released, {} extended, {} alerts, {} emails, {} redelivered, \
-             {} dead letters, {} faults fired; {}",
+             {} dead letters, {} faults fired; emails: {}; {}",
             self.seed,
             self.virtual_secs,
             self.wall_ms,
@@ -92,6 +96,7 @@ impl SimReport {
             self.redelivered,
             self.dead_letters,
             self.faults_fired,
+            self.email_figures.line(),
             if self.passed {
                 "every check passed".to_owned()
             } else {

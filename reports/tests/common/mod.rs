@@ -228,6 +228,7 @@ impl ReportBuilder {
                 resold: 4195,
                 alerts: 0,
                 emails: 20_676,
+                mail: None,
             },
             queue: QueueFigures {
                 oldest_age_max_ms: 4,

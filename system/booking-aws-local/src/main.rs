@@ -72,7 +72,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let show = |v: Option<String>| v.unwrap_or_default();
     println!(
-        "# DynamoDB and Streams: dynoxide in aws-local (pid {}); SQS: {} (pid {}); S3: moto (pid {})",
+        "# DynamoDB and Streams: dynoxide in aws-local (pid {}); SQS: {} (pid {}); S3, SES and SNS: moto (pid {})",
         std::process::id(),
         local.sqs.kind(),
         local.sqs.pid(),
@@ -85,6 +85,9 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("export AWS_ENDPOINT_URL_SQS={}", show(e.sqs));
     println!("export AWS_ENDPOINT_URL_S3={}", show(e.s3));
+    // SES v2 (the confirmation emails) and SNS (the alerts) are moto's too
+    println!("export AWS_ENDPOINT_URL_SESV2={}", show(e.ses));
+    println!("export AWS_ENDPOINT_URL_SNS={}", show(e.sns));
     println!("export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1");
     let write = |path: &std::path::Path| -> anyhow::Result<()> {
         let json = serde_json::to_vec_pretty(&calls.snapshot())?;

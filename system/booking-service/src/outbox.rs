@@ -37,7 +37,7 @@
 use std::time::Duration;
 
 use booking::coordination::keys;
-use booking::notify::{Confirmation, NotifyError};
+use booking::notify::{ALERT_EMAIL_FAILED, ALERT_EMAIL_UNDELIVERABLE, Confirmation, NotifyError};
 use booking::records::{BookingRecord, RecordError};
 use booking::{Bug, PaymentId, SaleId, Settings};
 
@@ -230,7 +230,7 @@ async fn note_failure(
     }
     let (kind, detail) = if spent {
         (
-            "email_undeliverable",
+            ALERT_EMAIL_UNDELIVERABLE,
             format!(
                 "confirmation email failed {} times, the last with {error}: it stays owed; \
                  `booking emails resend` sends it",
@@ -239,7 +239,7 @@ async fn note_failure(
         )
     } else {
         (
-            "email_failed",
+            ALERT_EMAIL_FAILED,
             format!(
                 "confirmation email failed (try {} of {}; owed: the email sweep retries it in {:?}): {error}",
                 next.attempts,

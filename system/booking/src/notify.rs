@@ -14,6 +14,13 @@ pub enum NotifyError {
     Unavailable(String),
 }
 
+/// The alert kind of a confirmation email's failed try (it stays owed and
+/// is tried again after its back-off).
+pub const ALERT_EMAIL_FAILED: &str = "email_failed";
+/// The alert kind of a confirmation email whose tries are spent (it stays
+/// owed; `booking emails resend` sends it).
+pub const ALERT_EMAIL_UNDELIVERABLE: &str = "email_undeliverable";
+
 /// The confirmation email of one PAID booking.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Confirmation {
