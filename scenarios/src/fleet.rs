@@ -1042,6 +1042,7 @@ mod tests {
             level: Level::parse(name).unwrap(),
             cap,
             count,
+            peak: count,
         };
         let snap = Snapshot::of_counters(Counters {
             open: true,

@@ -350,8 +350,10 @@ async fn sample_loop(sampler: Sampler<'_>, mut stop: watch::Receiver<bool>) {
 fn record_peaks(peaks: &mut BTreeMap<String, u64>, snap: &Snapshot) {
     if let Some(c) = &snap.counters {
         for l in &c.levels {
+            // the ledger's own high-water mark: exact, where a sample sees
+            // a level full only if it is full at that instant
             let e = peaks.entry(l.level.to_string()).or_default();
-            *e = (*e).max(u64::from(l.count));
+            *e = (*e).max(u64::from(l.count.max(l.peak)));
         }
     }
     for (level, taken) in &snap.status_peaks {

@@ -199,6 +199,7 @@ mod tests {
             level: level(),
             cap: 2,
             count: 2,
+            peak: 2,
         }];
         s.records = vec![paid(1), paid(2)];
         s.ledger_marks = Some([mark(1), mark(2)].into_iter().collect());
@@ -305,6 +306,7 @@ mod tests {
                         level: level(),
                         cap: 2,
                         count: taken,
+                        peak: taken,
                     }],
                     paid: 0,
                 },

@@ -77,6 +77,7 @@ fn document(open: bool, count: u32, at: u64) -> StatusDocument {
                 level: gold(),
                 cap: 3,
                 count,
+                peak: count,
             }],
             paid: 0,
         },
@@ -102,6 +103,7 @@ fn live() -> SaleSnapshot {
         level: gold(),
         cap: 3,
         count: 2,
+        peak: 2,
     }];
     s.records = vec![paid(1), held(2)];
     s.ledger_marks = Some(BTreeMap::from([
@@ -154,6 +156,7 @@ fn settled() -> SaleSnapshot {
         level: gold(),
         cap: 2,
         count: 2,
+        peak: 2,
     }];
     s.records = vec![paid(1), paid(2)];
     s.ledger_marks = Some(

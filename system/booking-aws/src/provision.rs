@@ -856,9 +856,13 @@ mod tests {
             serde_json::from_str(&a["RedrivePolicy"]).unwrap_or_default();
         assert_eq!(redrive["maxReceiveCount"], 5);
         assert_eq!(redrive["deadLetterTargetArn"], "arn:aws:sqs:r:1:q-dlq.fifo");
-        let scaled = ProvisionOptions::from_settings(&Settings::default().scaled(0.01), false);
+        let short = Settings {
+            visibility_timeout: Duration::from_millis(600),
+            ..Settings::default()
+        };
+        let short = ProvisionOptions::from_settings(&short, false);
         assert_eq!(
-            admission_queue_attributes(&scaled, "x")["VisibilityTimeout"],
+            admission_queue_attributes(&short, "x")["VisibilityTimeout"],
             "1",
             "0.6 s rounds up to SQS's whole second"
         );

@@ -453,17 +453,20 @@ impl Ledger for RedisLedger {
             .map_err(|v| LedgerError::Corrupt(format!("unexpected counters answer {v:?}")))?;
         let open = count(open)? == 1;
         let figures = array(figures)?;
-        if figures.len() % 3 != 0 {
+        if figures.len() % 4 != 0 {
             return Err(LedgerError::Corrupt(format!(
                 "counters answer of {} figures",
                 figures.len()
             )));
         }
-        let mut levels = Vec::with_capacity(figures.len() / 3);
+        let mut levels = Vec::with_capacity(figures.len() / 4);
         let mut figures = figures.into_iter();
-        while let (Some(level), Some(cap), Some(n)) =
-            (figures.next(), figures.next(), figures.next())
-        {
+        while let (Some(level), Some(cap), Some(n), Some(peak)) = (
+            figures.next(),
+            figures.next(),
+            figures.next(),
+            figures.next(),
+        ) {
             let level = text(level)?;
             let level = Level::parse(&level)
                 .map_err(|_| LedgerError::Corrupt(format!("unreadable level {level:?}")))?;
@@ -471,6 +474,7 @@ impl Ledger for RedisLedger {
                 level,
                 cap: small(cap)?,
                 count: small(n)?,
+                peak: small(peak)?,
             });
         }
         // in level order, as the model's map

@@ -26,7 +26,7 @@
 //! | --- | --- | --- |
 //! | `<prefix>:{sale:<id>}:open` | string | `1` open, `0` or absent closed |
 //! | `<prefix>:{sale:<id>}:levels` | hash | level → cap |
-//! | `<prefix>:{sale:<id>}:counts` | hash | level → seats counted (pending + held + paid) |
+//! | `<prefix>:{sale:<id>}:counts` | hash | level → seats counted (pending + held + paid); `peak\|<level>` → the highest count an admission reached |
 //! | `<prefix>:{sale:<id>}:eligible` | set | candidate hashes on the list |
 //! | `<prefix>:{sale:<id>}:holds` | hash | candidate → `p\|<level>\|<token>\|<admitted_ms>` or `h\|<level>\|<token>\|<payment_id>\|<deadline_ms>` |
 //! | `<prefix>:{sale:<id>}:paid` | hash | candidate → `<level>\|<payment_id>` |

@@ -396,3 +396,15 @@ fn two_redis_calls_at_their_longest_fit_the_token_lock_margin() {
         "{one_call:?} a call"
     );
 }
+
+/// A scaled visibility timeout (`booking::settings::SCALED_VISIBILITY_MIN`)
+/// leaves the worker's heartbeat, sent half a timeout after the receive,
+/// the other half for its answer: at least one response at its longest.
+#[test]
+fn one_redis_answer_fits_half_the_shortest_scaled_visibility() {
+    use booking_redis::ledger::RESPONSE_MAX;
+    assert!(
+        RESPONSE_MAX * 2 <= booking::settings::SCALED_VISIBILITY_MIN,
+        "{RESPONSE_MAX:?} an answer"
+    );
+}

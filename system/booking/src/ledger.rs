@@ -99,6 +99,13 @@ pub struct LevelCount {
     pub cap: u32,
     /// Seats counted (pending + held + paid).
     pub count: u32,
+    /// The most seats ever counted at once since the sale was set up (or
+    /// reset): the count an admission reached, kept by the admission itself,
+    /// so a level that was full for a moment between two samples is seen
+    /// full. What `at_cap_when_demand_exceeded` reads (a level that turned
+    /// candidates away must have reached its cap) and `never_above_cap`.
+    #[serde(default)]
+    pub peak: u32,
 }
 
 /// A sale's figures.
@@ -274,6 +281,8 @@ pub struct Model {
     pub holds: BTreeMap<CandidateHash, Hold>,
     /// Paid candidates and their payment.
     pub paid: BTreeMap<CandidateHash, (Level, PaymentId)>,
+    /// Level → the highest count an admission reached.
+    pub peaks: BTreeMap<Level, u32>,
 }
 
 impl Model {
@@ -328,6 +337,8 @@ impl Model {
             return Admission::LevelFull;
         }
         self.levels.insert(level.clone(), (cap, count + 1));
+        let peak = self.peaks.entry(level.clone()).or_default();
+        *peak = (*peak).max(count + 1);
         self.holds.insert(
             candidate.clone(),
             Hold {
@@ -546,6 +557,7 @@ impl Model {
                     level: l.clone(),
                     cap: *cap,
                     count: *count,
+                    peak: self.peaks.get(l).copied().unwrap_or(0),
                 })
                 .collect(),
             paid: self.paid.len() as u64,
@@ -739,5 +751,29 @@ mod tests {
         assert_eq!(m.stale_pending(3, 10).len(), 1);
         assert_eq!(m.stale_pending(2, 10).len(), 0);
         m.check().unwrap();
+    }
+
+    #[test]
+    fn the_peak_is_the_highest_count_an_admission_reached() {
+        let (mut m, cs) = sale(2, &["x", "y", "z"]);
+        let peak = |m: &Model| {
+            let l = &m.counters().levels[0];
+            (l.count, l.peak)
+        };
+        assert_eq!(peak(&m), (0, 0), "nothing admitted yet");
+        m.admit(&cs[0], &level("a"), &token("t1"), 1);
+        m.admit(&cs[1], &level("a"), &token("t2"), 1);
+        assert_eq!(peak(&m), (2, 2));
+        assert_eq!(m.undo_admission(&cs[0], &token("t1")), Ok(Step::Done));
+        assert_eq!(peak(&m), (1, 2), "the seat given back; the peak stays");
+        assert_eq!(
+            m.admit(&cs[0], &level("a"), &token("t3"), 2),
+            Admission::Admitted { count: 2 }
+        );
+        assert_eq!(
+            m.admit(&cs[2], &level("a"), &token("t4"), 2),
+            Admission::LevelFull
+        );
+        assert_eq!(peak(&m), (2, 2), "a refusal counts nothing");
     }
 }

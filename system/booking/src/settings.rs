@@ -197,7 +197,7 @@ impl Settings {
             sweep_interval: s(self.sweep_interval),
             sweep_window: s(self.sweep_window),
             sweep_budget: s(self.sweep_budget),
-            visibility_timeout: s(self.visibility_timeout),
+            visibility_timeout: s(self.visibility_timeout).max(SCALED_VISIBILITY_MIN),
             deduplication_window: s(self.deduplication_window),
             status_throttle: s(self.status_throttle),
             booking_copy_slack: s(self.booking_copy_slack).max(CLOCK_SKEW_MAX),
@@ -255,6 +255,18 @@ pub const CLOCK_SKEW_MAX: Duration = Duration::from_secs(1);
 /// `POOL_WAIT_MAX`, `CONNECT_MAX`, `RESPONSE_MAX`; a test there keeps them
 /// within this).
 pub const TOKEN_LOCK_MARGIN: Duration = Duration::from_secs(10);
+
+/// The shortest visibility timeout [`Settings::scaled`] gives (the
+/// article's 60 s scaled by 1/30 is exactly this). The worker extends the
+/// visibility of the messages it holds half a timeout after the receive
+/// (`booking_service::worker::VISIBILITY_HEARTBEAT_AT`); the other half must
+/// cover that extension's answer over a real connection (one Redis answer is
+/// bounded by `booking_redis::ledger::RESPONSE_MAX`, 1 s: a test there keeps
+/// it within half of this). At the CI profile's scale (0.01) the visibility
+/// was 0.6 s: a one-second blackhole on the Redis link outlived every
+/// message in hand, and some were received five times within three seconds
+/// and dead-lettered (the rehearsal matrix's `redis-link-blackhole` in CI).
+pub const SCALED_VISIBILITY_MIN: Duration = Duration::from_secs(2);
 
 /// bKash's documented lifetime of an `id_token` (`expires_in` 3600 s).
 pub const GATEWAY_TOKEN_LIFETIME: Duration = Duration::from_secs(60 * 60);
@@ -656,6 +668,18 @@ mod tests {
         }
         let ci = Settings::default().scaled(0.01);
         assert_eq!(ci.booking_copy_slack, Duration::from_millis(1200));
+        assert_eq!(
+            ci.visibility_timeout, SCALED_VISIBILITY_MIN,
+            "floored, not 600 ms"
+        );
+        assert_eq!(
+            Settings::default().scaled(1.0 / 30.0).visibility_timeout,
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            Settings::default().scaled(0.5).visibility_timeout,
+            Duration::from_secs(30)
+        );
         assert_eq!(ci.hold, Duration::from_secs(6));
         let tiny = Settings::default().scaled(0.001);
         assert_eq!(tiny.booking_copy_slack, CLOCK_SKEW_MAX, "floored");

@@ -580,6 +580,7 @@ mod tests {
                     level: level(l),
                     cap: *cap,
                     count: *count,
+                    peak: *count,
                 })
                 .collect(),
             paid: 0,

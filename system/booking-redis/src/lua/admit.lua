@@ -36,6 +36,11 @@ if count >= cap then
   return { 'full' }
 end
 count = redis.call('HINCRBY', COUNTS, level, 1)
+-- the level's high-water mark, beside its count ('|' is in no level name)
+local peak = tonumber(redis.call('HGET', COUNTS, 'peak|' .. level) or '0') or 0
+if count > peak then
+  redis.call('HSET', COUNTS, 'peak|' .. level, count)
+end
 redis.call('HSET', HOLDS, candidate, 'p|' .. level .. '|' .. token .. '|' .. now_ms)
 redis.call('ZADD', PENDING, now_ms, candidate)
 return { 'admitted', count }

@@ -1,4 +1,5 @@
--- The figures, read in one step: {open, {level, cap, count, ...}, paid}
+-- The figures, read in one step: {open, {level, cap, count, peak, ...}, paid}
+-- (peak: the highest count an admission reached, 0 before the first)
 -- (paid: how many candidates are marked paid, HLEN, O(1)).
 -- Levels come in hash order; the adapter sorts them.
 local open = redis.call('GET', OPEN) == '1' and 1 or 0
@@ -12,5 +13,6 @@ for i = 1, #levels, 2 do
   figures[#figures + 1] = levels[i]
   figures[#figures + 1] = levels[i + 1]
   figures[#figures + 1] = count
+  figures[#figures + 1] = redis.call('HGET', COUNTS, 'peak|' .. levels[i]) or '0'
 end
 return { open, figures, redis.call('HLEN', PAID) }
