@@ -221,6 +221,157 @@ impl RecordStore for FailingReads {
     }
 }
 
+/// Delegates everything; each put blocks its thread (not only its task)
+/// until another put arrives, or gives up after [`MEETING_MAX`].
+#[derive(Debug)]
+struct MeetingPuts {
+    inner: Arc<dyn RecordStore>,
+    waiting: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+}
+
+/// How long a [`MeetingPuts`] put waits for the other (a hang, not a
+/// speed bound: the other put comes at once or never).
+const MEETING_MAX: Duration = Duration::from_secs(20);
+
+#[async_trait]
+impl RecordStore for MeetingPuts {
+    async fn put(&self, r: BookingRecord, c: Condition) -> Result<(), RecordError> {
+        let first = {
+            let mut waiting = self.waiting.lock().unwrap();
+            match waiting.take() {
+                Some(other) => {
+                    let _ = other.send(());
+                    None
+                }
+                None => {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    *waiting = Some(tx);
+                    Some(rx)
+                }
+            }
+        };
+        if let Some(rx) = first {
+            // blocks the thread: a poller sharing it cannot run meanwhile
+            rx.recv_timeout(MEETING_MAX)
+                .map_err(|_| RecordError::Unavailable("the other put never came".into()))?;
+        }
+        self.inner.put(r, c).await
+    }
+    async fn mark_paid(
+        &self,
+        c: &CandidateHash,
+        p: &PaymentId,
+        path: ConfirmPath,
+        now: u64,
+    ) -> Result<BookingRecord, RecordError> {
+        self.inner.mark_paid(c, p, path, now).await
+    }
+    async fn mark_emailed(
+        &self,
+        c: &CandidateHash,
+        p: &PaymentId,
+    ) -> Result<BookingRecord, RecordError> {
+        self.inner.mark_emailed(c, p).await
+    }
+    async fn extend(
+        &self,
+        c: &CandidateHash,
+        p: &PaymentId,
+        d: u64,
+    ) -> Result<BookingRecord, RecordError> {
+        self.inner.extend(c, p, d).await
+    }
+    async fn note_query_failure(
+        &self,
+        c: &CandidateHash,
+        p: &PaymentId,
+    ) -> Result<BookingRecord, RecordError> {
+        self.inner.note_query_failure(c, p).await
+    }
+    async fn clear_query_failures(
+        &self,
+        c: &CandidateHash,
+        p: &PaymentId,
+    ) -> Result<BookingRecord, RecordError> {
+        self.inner.clear_query_failures(c, p).await
+    }
+    async fn delete(
+        &self,
+        c: &CandidateHash,
+        cond: Condition,
+    ) -> Result<BookingRecord, RecordError> {
+        self.inner.delete(c, cond).await
+    }
+    async fn get(
+        &self,
+        c: &CandidateHash,
+        strong: bool,
+    ) -> Result<Option<BookingRecord>, RecordError> {
+        self.inner.get(c, strong).await
+    }
+    async fn by_payment(&self, p: &PaymentId) -> Result<Option<BookingRecord>, RecordError> {
+        self.inner.by_payment(p).await
+    }
+    async fn held_due(&self, d: u64, l: usize) -> Result<Vec<BookingRecord>, RecordError> {
+        self.inner.held_due(d, l).await
+    }
+    async fn owed_emails(&self, p: u64, l: usize) -> Result<Vec<BookingRecord>, RecordError> {
+        self.inner.owed_emails(p, l).await
+    }
+    async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {
+        self.inner.scan_all().await
+    }
+    async fn throttles(&self) -> Result<Throttles, RecordError> {
+        self.inner.throttles().await
+    }
+}
+
+/// The pollers run as tasks of their own, in parallel on a multi-threaded
+/// runtime: two puts that each block their thread until the other comes
+/// meet. Joined in one task (as they once were) the first put blocks the
+/// only poller that could bring the second, and both messages are left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn pollers_run_in_parallel_and_do_not_share_one_task() {
+    let s = Stack::new(2, &["x", "y"]).await;
+    for (name, token, payment) in [("x", "t1", "P1"), ("y", "t2", "P2")] {
+        let m = s.book(name, token, payment).await;
+        s.queue.send(m.to_message().unwrap()).await.unwrap();
+    }
+    let records = Arc::new(MeetingPuts {
+        inner: s.records.clone(),
+        waiting: std::sync::Mutex::new(None),
+    });
+    let w = Arc::new(Worker::new(
+        s.queue.clone(),
+        records,
+        s.ledger.clone(),
+        s.alerts.clone(),
+        WorkerConfig {
+            pollers: 2,
+            batch: 1,
+            wait: Duration::from_millis(50),
+            ..WorkerConfig::default()
+        },
+    ));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn({
+        let w = w.clone();
+        async move { w.run(rx).await }
+    });
+    let deadline = tokio::time::Instant::now() + MEETING_MAX + Duration::from_secs(5);
+    while w.stats().stored < 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tx.send(true).unwrap();
+    task.await.unwrap();
+    assert_eq!(
+        (w.stats().stored, w.stats().left),
+        (2, 0),
+        "{:?}",
+        w.stats()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failed_read_leaves_the_message_and_five_receives_dead_letter_it() {
     let s = Stack::new(2, &["x"]).await;
