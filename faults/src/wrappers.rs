@@ -129,13 +129,28 @@ impl Site {
         op: &str,
         call: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
+        self.run_where(target, op, call, |_| true).await
+    }
+
+    /// [`Site::run`], where a kill point after the call counts only an
+    /// answer that `did` says did the work (an admission that counted a
+    /// seat, not one that found the level full or the candidate holding:
+    /// a kill after a refusal leaves nothing behind to recover).
+    async fn run_where<T, E: FaultError>(
+        &self,
+        target: Target,
+        op: &str,
+        call: impl Future<Output = Result<T, E>>,
+        did: impl FnOnce(&T) -> bool,
+    ) -> Result<T, E> {
         let verdict = self
             .injector
             .intercept(target, op, self.instance.as_deref(), None)
             .await;
         let result = finish(verdict, call).await;
+        let done = result.as_ref().is_ok_and(did);
         self.injector
-            .after_call(target, op, self.instance.as_deref(), result.is_ok());
+            .after_call(target, op, self.instance.as_deref(), done);
         result
     }
 }
@@ -230,10 +245,11 @@ impl Ledger for FaultyLedger {
         now_ms: u64,
     ) -> Result<Admission, LedgerError> {
         self.site
-            .run(
+            .run_where(
                 Target::Ledger,
                 "admit",
                 self.inner.admit(sale, candidate, level, token, now_ms),
+                |a| matches!(a, Admission::Admitted { .. }),
             )
             .await
     }

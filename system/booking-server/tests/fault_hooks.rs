@@ -309,6 +309,35 @@ kind = { type = "kill", point = "after_admission" }
     h.stop().await;
 }
 
+/// `after_admission` is a kill after a seat was counted: an admission
+/// the ledger refused (here a candidate not on the list) leaves nothing
+/// to recover and does not reach it; the next one that counts a seat does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_admission_kill_point_waits_for_an_admission_that_counted_a_seat() {
+    let schedule = r#"
+[[fault]]
+name = "die-after-admission"
+target = "instance"
+instances = ["instance-1"]
+start_ms = 0
+duration_ms = 60_000
+kind = { type = "kill", point = "after_admission" }
+"#;
+    let h = Harness::start(config(Some(schedule), "instance-1")).await;
+    h.open_sale(&["alice"]).await;
+    h.start_faults().await;
+    let (code, refused) = h.book("mallory").await;
+    assert_eq!(code, 403, "{refused}");
+    let state = h.faults().await;
+    assert_eq!(count(&state, "die-after-admission")["fired"], 0, "{state}");
+    let (code, booked) = h.book("alice").await;
+    assert_eq!(code, 201, "{booked}");
+    let state = h.faults().await;
+    assert_eq!(count(&state, "die-after-admission")["fired"], 1, "{state}");
+    assert_eq!(state["fired"][0]["point"], "after_admission");
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_background_loop_and_the_gateway_go_through_the_wrappers() {
     // zero-ms latencies: they fire (and are counted) without changing anything
