@@ -975,20 +975,34 @@ pub fn faults_done(records: &[FaultRecord]) -> booking_audit::Verdict {
 /// every fault's window and [`SERVER_ERROR_GRACE`] after it. The figure
 /// names the cause of a system that does not recover (dead Redis
 /// connections kept, a pool never refilled): errors long after the fault
-/// that caused them.
+/// that caused them. Each error is its request's span, `(sent, seen)`: a
+/// request in flight during a window is excused however late it failed (an
+/// unanswered one sent to an instance as it was stopped fails at the
+/// client's timeout, seconds after the window closed); one sent after
+/// every window and its grace is not.
 pub fn server_errors_outside_faults(
-    errors: &[Instant],
+    errors: &[(Instant, Instant)],
     records: &[FaultRecord],
     t0: Instant,
 ) -> booking_audit::Verdict {
     let all = [Scope::Port, Scope::Process, Scope::Link, Scope::Rules];
-    let out = outside(errors, &windows(records, &all, SERVER_ERROR_GRACE));
+    let windows = windows(records, &all, SERVER_ERROR_GRACE);
+    let out: Vec<(Instant, Instant)> = errors
+        .iter()
+        .copied()
+        .filter(|(sent, seen)| {
+            !windows
+                .iter()
+                .any(|(from, to)| *seen >= *from && to.is_none_or(|to| *sent <= to))
+        })
+        .collect();
     let lines: Vec<String> = out
         .iter()
-        .map(|e| {
+        .map(|(sent, seen)| {
             format!(
-                "server error at {} ms",
-                e.saturating_duration_since(t0).as_millis()
+                "server error at {} ms (sent at {} ms)",
+                seen.saturating_duration_since(t0).as_millis(),
+                sent.saturating_duration_since(t0).as_millis()
             )
         })
         .collect();
@@ -1225,7 +1239,9 @@ mod tests {
             outside(&errors, &process_only),
             [at(500), at(3_100), at(10_500), at(13_900), at(14_100)]
         );
-        let v = server_errors_outside_faults(&errors, &records, t0);
+        // answered at once: each sent as it failed
+        let spans: Vec<(Instant, Instant)> = errors.iter().map(|&e| (e, e)).collect();
+        let v = server_errors_outside_faults(&spans, &records, t0);
         // inside: 1_500 to 3_100 (paused + 3 s), 10_500 and 13_900 (slow + 3 s)
         assert_eq!(v.figure, 2.0, "{v:?}");
         assert!(!v.passed);
@@ -1234,7 +1250,17 @@ mod tests {
             "{}",
             v.detail
         );
-        assert!(server_errors_outside_faults(&errors[1..3], &records, t0).passed);
+        assert!(server_errors_outside_faults(&spans[1..3], &records, t0).passed);
+        // sent into the pause, failed at a 10 s timeout long after it: the
+        // pause's; sent after every window's grace, failed as late: not
+        let late_from_the_pause = (at(1_900), at(11_900) + Duration::from_secs(5));
+        assert!(server_errors_outside_faults(&[late_from_the_pause], &records, t0).passed);
+        let sent_after = (at(14_200), at(24_200));
+        let v = server_errors_outside_faults(&[late_from_the_pause, sent_after], &records, t0);
+        assert_eq!(v.figure, 1.0, "{v:?}");
+        assert!(v.detail.contains("sent at 14200 ms"), "{}", v.detail);
+        // sent before a window, failing inside it: the window's
+        assert!(server_errors_outside_faults(&[(at(9_000), at(10_200))], &records, t0).passed);
         // a window that never closed excuses everything after it
         let open = [record("dead", Scope::Process, 1_000, None, t0)];
         assert!(

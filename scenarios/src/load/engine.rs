@@ -218,6 +218,7 @@ impl Engine {
         request: goose_reqwest::RequestBuilder,
         expect: Option<u16>,
     ) -> Answer {
+        let sent = std::time::Instant::now();
         self.live.request_sent();
         let mut builder = GooseRequest::builder()
             .name(name)
@@ -275,7 +276,7 @@ impl Engine {
         if answer.connection_error {
             self.live.request_failed_to_connect();
         } else {
-            self.live.request_done(answer.status);
+            self.live.request_done(answer.status, sent);
         }
         answer
     }

@@ -116,7 +116,8 @@ pub struct LiveStats {
     /// instance gone. Counted apart from [`LiveStats::server_errors`].
     pub connection_errors: AtomicU64,
     connection_error_at: Mutex<Vec<Instant>>,
-    server_error_at: Mutex<Vec<Instant>>,
+    /// Each server error's request: when it was sent, when it failed.
+    server_error_at: Mutex<Vec<(Instant, Instant)>>,
     refused: Mutex<BTreeMap<String, u64>>,
     interval: Mutex<Histogram<u64>>,
     mark: Mutex<IntervalMark>,
@@ -179,20 +180,22 @@ impl LiveStats {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A request was answered (`status`) or failed (`None`).
-    pub fn request_done(&self, status: Option<u16>) {
+    /// A request sent at `sent` was answered (`status`) or failed (`None`).
+    pub fn request_done(&self, status: Option<u16>, sent: Instant) {
         // never below zero: every done follows its sent
         let _ = self
             .in_flight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if status.is_none_or(|s| s >= 500) {
             self.server_errors.fetch_add(1, Ordering::Relaxed);
-            self.server_error_at.lock().push(Instant::now());
+            self.server_error_at.lock().push((sent, Instant::now()));
         }
     }
 
-    /// When each server error (5xx or no answer) was seen, in order.
-    pub fn server_error_times(&self) -> Vec<Instant> {
+    /// Each server error (5xx or no answer), in order: when its request was
+    /// sent and when the error was seen. A request sent into a fault can
+    /// fail long after it (an unanswered one at the client's timeout).
+    pub fn server_error_times(&self) -> Vec<(Instant, Instant)> {
         self.server_error_at.lock().clone()
     }
 
@@ -307,12 +310,15 @@ mod tests {
         for ms in 1..=100 {
             live.record_booking(Duration::from_millis(ms));
         }
+        let sent = Instant::now();
         live.request_sent();
-        live.request_done(Some(201));
+        live.request_done(Some(201), sent);
         live.request_sent();
-        live.request_done(None);
+        live.request_done(None, sent);
         live.request_sent();
-        live.request_done(Some(503));
+        live.request_done(Some(503), sent);
+        assert_eq!(live.server_error_times().len(), 2);
+        assert!(live.server_error_times().iter().all(|(s, _)| *s == sent));
         std::thread::sleep(Duration::from_millis(20));
         let first = live.take_interval();
         assert!(first.bookings_per_s > 0.0);
