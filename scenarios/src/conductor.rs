@@ -931,13 +931,26 @@ pub fn windows(
 
 /// The `times` outside every window.
 pub fn outside(times: &[Instant], windows: &[(Instant, Option<Instant>)]) -> Vec<Instant> {
-    times
+    let spans: Vec<(Instant, Instant)> = times.iter().map(|&t| (t, t)).collect();
+    spans_outside(&spans, windows)
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
+}
+
+/// The spans `(from, to)` that overlap no window: a request in flight
+/// during a window is the window's, however late it failed.
+pub fn spans_outside(
+    spans: &[(Instant, Instant)],
+    windows: &[(Instant, Option<Instant>)],
+) -> Vec<(Instant, Instant)> {
+    spans
         .iter()
         .copied()
-        .filter(|t| {
+        .filter(|(start, end)| {
             !windows
                 .iter()
-                .any(|(from, to)| *t >= *from && to.is_none_or(|to| *t <= to))
+                .any(|(from, to)| *end >= *from && to.is_none_or(|to| *start <= to))
         })
         .collect()
 }
@@ -986,16 +999,7 @@ pub fn server_errors_outside_faults(
     t0: Instant,
 ) -> booking_audit::Verdict {
     let all = [Scope::Port, Scope::Process, Scope::Link, Scope::Rules];
-    let windows = windows(records, &all, SERVER_ERROR_GRACE);
-    let out: Vec<(Instant, Instant)> = errors
-        .iter()
-        .copied()
-        .filter(|(sent, seen)| {
-            !windows
-                .iter()
-                .any(|(from, to)| *seen >= *from && to.is_none_or(|to| *sent <= to))
-        })
-        .collect();
+    let out = spans_outside(errors, &windows(records, &all, SERVER_ERROR_GRACE));
     let lines: Vec<String> = out
         .iter()
         .map(|(sent, seen)| {

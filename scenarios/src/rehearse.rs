@@ -755,7 +755,7 @@ pub async fn run_with(
     if conductor.is_some() {
         invariants.push(conductor::faults_done(&fault_records));
         invariants.push(conductor::server_errors_outside_faults(
-            &live.server_error_times(),
+            &live.server_error_spans(),
             &fault_records,
             t0,
         ));
@@ -1140,6 +1140,31 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
+
+    /// A level full between two samples: the ledger's peak says so though
+    /// the count sampled has fallen since; a ledger that keeps no peak (0)
+    /// still gives its count.
+    #[test]
+    fn a_levels_peak_is_the_ledgers_high_water_mark_not_the_sample() {
+        use booking::ledger::{Counters, LevelCount};
+        let level = |name: &str, count, peak| LevelCount {
+            level: booking::Level::parse(name).unwrap(),
+            cap: 100,
+            count,
+            peak,
+        };
+        let snap = Snapshot::of_counters(Counters {
+            open: true,
+            levels: vec![level("front", 95, 100), level("back", 3, 0)],
+            paid: 0,
+        });
+        let mut peaks = BTreeMap::from([("front".to_owned(), 97)]);
+        record_peaks(&mut peaks, &snap);
+        assert_eq!(
+            peaks,
+            BTreeMap::from([("back".to_owned(), 3), ("front".to_owned(), 100)])
+        );
+    }
 
     #[test]
     fn prices_read_as_poisha() {

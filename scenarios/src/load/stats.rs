@@ -195,7 +195,7 @@ impl LiveStats {
     /// Each server error (5xx or no answer), in order: when its request was
     /// sent and when the error was seen. A request sent into a fault can
     /// fail long after it (an unanswered one at the client's timeout).
-    pub fn server_error_times(&self) -> Vec<(Instant, Instant)> {
+    pub fn server_error_spans(&self) -> Vec<(Instant, Instant)> {
         self.server_error_at.lock().clone()
     }
 
@@ -317,8 +317,8 @@ mod tests {
         live.request_done(None, sent);
         live.request_sent();
         live.request_done(Some(503), sent);
-        assert_eq!(live.server_error_times().len(), 2);
-        assert!(live.server_error_times().iter().all(|(s, _)| *s == sent));
+        assert_eq!(live.server_error_spans().len(), 2);
+        assert!(live.server_error_spans().iter().all(|(s, _)| *s == sent));
         std::thread::sleep(Duration::from_millis(20));
         let first = live.take_interval();
         assert!(first.bookings_per_s > 0.0);

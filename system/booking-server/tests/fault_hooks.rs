@@ -273,26 +273,26 @@ async fn a_schedule_naming_another_instance_leaves_this_one_alone() {
     h.stop().await;
 }
 
+/// A schedule entry: `instance` kills itself at `point` for the whole run.
+fn kill_at(name: &str, instance: &str, point: &str) -> String {
+    format!(
+        "[[fault]]\nname = \"{name}\"\ntarget = \"instance\"\ninstances = [\"{instance}\"]\n\
+         start_ms = 0\nduration_ms = 60_000\nkind = {{ type = \"kill\", point = \"{point}\" }}\n\n"
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_killer_a_kill_point_is_logged_and_the_booking_goes_through() {
-    let schedule = r#"
-[[fault]]
-name = "die-after-enqueue"
-target = "instance"
-instances = ["instance-1"]
-start_ms = 0
-duration_ms = 60_000
-kind = { type = "kill", point = "after_enqueue" }
-
-[[fault]]
-name = "other-dies-after-admission"
-target = "instance"
-instances = ["instance-2"]
-start_ms = 0
-duration_ms = 60_000
-kind = { type = "kill", point = "after_admission" }
-"#;
-    let h = Harness::start(config(Some(schedule), "instance-1")).await;
+    let schedule = [
+        kill_at("die-after-enqueue", "instance-1", "after_enqueue"),
+        kill_at(
+            "other-dies-after-admission",
+            "instance-2",
+            "after_admission",
+        ),
+    ]
+    .concat();
+    let h = Harness::start(config(Some(&schedule), "instance-1")).await;
     h.open_sale(&["alice"]).await;
     h.start_faults().await;
     let (code, booked) = h.book("alice").await;
@@ -314,16 +314,8 @@ kind = { type = "kill", point = "after_admission" }
 /// to recover and does not reach it; the next one that counts a seat does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_admission_kill_point_waits_for_an_admission_that_counted_a_seat() {
-    let schedule = r#"
-[[fault]]
-name = "die-after-admission"
-target = "instance"
-instances = ["instance-1"]
-start_ms = 0
-duration_ms = 60_000
-kind = { type = "kill", point = "after_admission" }
-"#;
-    let h = Harness::start(config(Some(schedule), "instance-1")).await;
+    let schedule = kill_at("die-after-admission", "instance-1", "after_admission");
+    let h = Harness::start(config(Some(&schedule), "instance-1")).await;
     h.open_sale(&["alice"]).await;
     h.start_faults().await;
     let (code, refused) = h.book("mallory").await;

@@ -147,97 +147,46 @@ async fn a_redelivered_old_message_neither_overwrites_nor_resurrects() {
     assert_eq!(s.count().await, 1);
 }
 
-/// Delegates everything but consistent reads, which fail.
+/// Delegates to a real store, with one scripted behaviour: reads that fail,
+/// or puts that each block their thread (not only their task) until
+/// another put arrives (given up after [`MEETING_MAX`]).
 #[derive(Debug)]
-struct FailingReads(Arc<dyn RecordStore>);
-
-#[async_trait]
-impl RecordStore for FailingReads {
-    async fn put(&self, r: BookingRecord, c: Condition) -> Result<(), RecordError> {
-        self.0.put(r, c).await
-    }
-    async fn mark_paid(
-        &self,
-        c: &CandidateHash,
-        p: &PaymentId,
-        path: ConfirmPath,
-        now: u64,
-    ) -> Result<BookingRecord, RecordError> {
-        self.0.mark_paid(c, p, path, now).await
-    }
-    async fn mark_emailed(
-        &self,
-        c: &CandidateHash,
-        p: &PaymentId,
-    ) -> Result<BookingRecord, RecordError> {
-        self.0.mark_emailed(c, p).await
-    }
-    async fn extend(
-        &self,
-        c: &CandidateHash,
-        p: &PaymentId,
-        d: u64,
-    ) -> Result<BookingRecord, RecordError> {
-        self.0.extend(c, p, d).await
-    }
-    async fn note_query_failure(
-        &self,
-        c: &CandidateHash,
-        p: &PaymentId,
-    ) -> Result<BookingRecord, RecordError> {
-        self.0.note_query_failure(c, p).await
-    }
-    async fn clear_query_failures(
-        &self,
-        c: &CandidateHash,
-        p: &PaymentId,
-    ) -> Result<BookingRecord, RecordError> {
-        self.0.clear_query_failures(c, p).await
-    }
-    async fn delete(
-        &self,
-        c: &CandidateHash,
-        cond: Condition,
-    ) -> Result<BookingRecord, RecordError> {
-        self.0.delete(c, cond).await
-    }
-    async fn get(&self, _: &CandidateHash, _: bool) -> Result<Option<BookingRecord>, RecordError> {
-        Err(RecordError::Unavailable("scripted read failure".into()))
-    }
-    async fn by_payment(&self, p: &PaymentId) -> Result<Option<BookingRecord>, RecordError> {
-        self.0.by_payment(p).await
-    }
-    async fn held_due(&self, d: u64, l: usize) -> Result<Vec<BookingRecord>, RecordError> {
-        self.0.held_due(d, l).await
-    }
-    async fn owed_emails(&self, p: u64, l: usize) -> Result<Vec<BookingRecord>, RecordError> {
-        self.0.owed_emails(p, l).await
-    }
-    async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError> {
-        self.0.scan_all().await
-    }
-    async fn throttles(&self) -> Result<Throttles, RecordError> {
-        self.0.throttles().await
-    }
-}
-
-/// Delegates everything; each put blocks its thread (not only its task)
-/// until another put arrives, or gives up after [`MEETING_MAX`].
-#[derive(Debug)]
-struct MeetingPuts {
+struct Scripted {
     inner: Arc<dyn RecordStore>,
-    waiting: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    script: Script,
 }
 
-/// How long a [`MeetingPuts`] put waits for the other (a hang, not a
-/// speed bound: the other put comes at once or never).
-const MEETING_MAX: Duration = Duration::from_secs(20);
+#[derive(Debug)]
+enum Script {
+    /// Every read fails.
+    FailingReads,
+    /// The first put waits for the second: the sender it will be woken by.
+    MeetingPuts(std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>),
+}
 
-#[async_trait]
-impl RecordStore for MeetingPuts {
-    async fn put(&self, r: BookingRecord, c: Condition) -> Result<(), RecordError> {
+impl Scripted {
+    fn failing_reads(inner: Arc<dyn RecordStore>) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            inner,
+            script: Script::FailingReads,
+        })
+    }
+
+    fn meeting_puts(inner: Arc<dyn RecordStore>) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            inner,
+            script: Script::MeetingPuts(std::sync::Mutex::new(None)),
+        })
+    }
+
+    /// With [`Script::MeetingPuts`], blocks the thread until another put
+    /// comes (the second put wakes the first and goes on).
+    fn meet(&self) -> Result<(), RecordError> {
+        let Script::MeetingPuts(waiting) = &self.script else {
+            return Ok(());
+        };
         let first = {
-            let mut waiting = self.waiting.lock().unwrap();
+            let mut waiting = waiting.lock().unwrap();
             match waiting.take() {
                 Some(other) => {
                     let _ = other.send(());
@@ -250,11 +199,24 @@ impl RecordStore for MeetingPuts {
                 }
             }
         };
-        if let Some(rx) = first {
+        match first {
             // blocks the thread: a poller sharing it cannot run meanwhile
-            rx.recv_timeout(MEETING_MAX)
-                .map_err(|_| RecordError::Unavailable("the other put never came".into()))?;
+            Some(rx) => rx
+                .recv_timeout(MEETING_MAX)
+                .map_err(|_| RecordError::Unavailable("the other put never came".into())),
+            None => Ok(()),
         }
+    }
+}
+
+/// How long a meeting put waits for the other (a hang, not a speed bound:
+/// the other put comes at once or never).
+const MEETING_MAX: Duration = Duration::from_secs(20);
+
+#[async_trait]
+impl RecordStore for Scripted {
+    async fn put(&self, r: BookingRecord, c: Condition) -> Result<(), RecordError> {
+        self.meet()?;
         self.inner.put(r, c).await
     }
     async fn mark_paid(
@@ -307,7 +269,10 @@ impl RecordStore for MeetingPuts {
         c: &CandidateHash,
         strong: bool,
     ) -> Result<Option<BookingRecord>, RecordError> {
-        self.inner.get(c, strong).await
+        match self.script {
+            Script::FailingReads => Err(RecordError::Unavailable("scripted read failure".into())),
+            Script::MeetingPuts(_) => self.inner.get(c, strong).await,
+        }
     }
     async fn by_payment(&self, p: &PaymentId) -> Result<Option<BookingRecord>, RecordError> {
         self.inner.by_payment(p).await
@@ -337,10 +302,7 @@ async fn pollers_run_in_parallel_and_do_not_share_one_task() {
         let m = s.book(name, token, payment).await;
         s.queue.send(m.to_message().unwrap()).await.unwrap();
     }
-    let records = Arc::new(MeetingPuts {
-        inner: s.records.clone(),
-        waiting: std::sync::Mutex::new(None),
-    });
+    let records = Scripted::meeting_puts(s.records.clone());
     let w = Arc::new(Worker::new(
         s.queue.clone(),
         records,
@@ -375,7 +337,7 @@ async fn pollers_run_in_parallel_and_do_not_share_one_task() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_read_leaves_the_message_and_five_receives_dead_letter_it() {
     let s = Stack::new(2, &["x"]).await;
-    let w = worker(&s, Arc::new(FailingReads(s.records.clone())));
+    let w = worker(&s, Scripted::failing_reads(s.records.clone()));
     let m = s.book("x", "t1", "P1").await;
     // a record is there, so the put fails and the worker must read
     s.records
