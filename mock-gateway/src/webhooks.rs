@@ -194,6 +194,23 @@ impl Webhooks {
         Ok(webhooks)
     }
 
+    /// Makes the gateway's signing key now, if it is not made yet; whether
+    /// there is one. Key generation takes long enough (a 2048-bit RSA key)
+    /// to stall an async runtime's thread, and every other caller waits for
+    /// the first: a harness that subscribes webhooks mid-run calls this on a
+    /// blocking thread before the run (a rehearsal's after-rush subscription
+    /// stalled its process for about 300 ms when the key was made on the
+    /// first signature).
+    pub fn prepare_keys(&self) -> bool {
+        self.gateway_signer().is_some()
+    }
+
+    /// Whether the gateway's signing key is made (by [`Self::prepare_keys`]
+    /// or a first signature).
+    pub fn has_key(&self) -> bool {
+        self.signer.get().is_some_and(Result::is_ok)
+    }
+
     /// The gateway's signing certificate (PEM), served at [`CERT_PATH`].
     pub fn cert_pem(&self) -> &str {
         self.gateway_signer()

@@ -321,6 +321,26 @@ pub struct Fleet {
     pub(crate) mail: Option<MailServer>,
 }
 
+/// The run's mock gateway, on a port of its own: with its signing key made
+/// before the run when webhooks are to be signed (on a blocking thread: see
+/// [`mock_gateway::webhooks::Webhooks::prepare_keys`]).
+pub(crate) async fn start_mock(
+    config: mock_gateway::Config,
+    webhooks: Webhooks,
+) -> Result<mock_gateway::Running, mock_gateway::StartError> {
+    let mock = mock_gateway::start_local(config, mock_gateway::ScriptSpec::default()).await?;
+    if webhooks != Webhooks::Never {
+        let app = mock.app.clone();
+        let made = tokio::task::spawn_blocking(move || app.webhooks.prepare_keys())
+            .await
+            .unwrap_or(false);
+        if !made {
+            tracing::warn!("the mock gateway has no signing key: its webhooks go unsigned");
+        }
+    }
+    Ok(mock)
+}
+
 /// The fleet's webhook endpoint: the first instance's (as a load balancer
 /// would be the one SNS endpoint).
 fn webhook_endpoint(first_url: &str) -> String {
@@ -468,8 +488,7 @@ impl Fleet {
             ..mock_gateway::Config::default()
         };
         let topic = mock_config.topic_arn.clone();
-        let mock =
-            mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default()).await?;
+        let mock = start_mock(mock_config, profile.webhooks).await?;
 
         let (redis_url, redis) = match profile.stack.kind {
             StackKind::Redis | StackKind::Aws => ensure_redis(&profile.stack.redis_url)?,
@@ -1096,5 +1115,21 @@ mod tests {
     fn key_prefixes_differ_per_run() {
         assert_ne!(run_key_prefix(1), run_key_prefix(1));
         assert!(run_key_prefix(1).starts_with("rehearse-1-"));
+    }
+
+    #[tokio::test]
+    async fn a_mock_that_will_sign_webhooks_has_its_key_before_the_run() {
+        // made on the first signature instead, the key stalled the run's
+        // process mid-run (the after-rush subscription)
+        for (webhooks, made) in [
+            (Webhooks::AfterRush, true),
+            (Webhooks::Always, true),
+            (Webhooks::Never, false),
+        ] {
+            let mock = start_mock(mock_gateway::Config::default(), webhooks)
+                .await
+                .unwrap();
+            assert_eq!(mock.app.webhooks.has_key(), made, "{webhooks:?}");
+        }
     }
 }

@@ -684,7 +684,7 @@ impl ProcessFleet {
             ..mock_gateway::Config::default()
         };
         let topic = mock_config.topic_arn.clone();
-        let mock = mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default())
+        let mock = crate::fleet::start_mock(mock_config, profile.webhooks)
             .await
             .map_err(FleetError::from)?;
 

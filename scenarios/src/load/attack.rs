@@ -233,6 +233,12 @@ fn attack(
     c.no_reset_metrics = true;
     c.no_telnet = true;
     c.no_gzip = true;
+    // the engine keeps its own figures per transaction (from each arrival's
+    // intended start); goose's per-transaction and per-scenario ones would
+    // only double its bookkeeping for every request (its request metrics
+    // stay: its report and `GooseSummary` read them)
+    c.no_transaction_metrics = true;
+    c.no_scenario_metrics = true;
     c.co_mitigation = Some(GooseCoordinatedOmissionMitigation::Disabled);
     c.timeout = Some(REQUEST_TIMEOUT.as_secs().to_string());
     if !report_paths.is_empty() {
