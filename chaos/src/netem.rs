@@ -58,24 +58,45 @@ impl Drop for DelayProxy {
     }
 }
 
-/// Copies `from` to `to`, each chunk `delay` late, until either side closes.
+/// Chunks read but not yet written, per direction: past this the reader
+/// waits, and the sender feels TCP's backpressure.
+const CHUNKS_IN_FLIGHT_MAX: usize = 1024;
+
+/// Copies `from` to `to`, each chunk written `delay` after it was read,
+/// until either side closes. Pipelined, as a network is: a chunk read while
+/// earlier ones are on their way is not held up behind their delays (a
+/// copy that slept before each write would carry one chunk per `delay`, and
+/// a socket shared by many calls, as the Redis pool's is, would crawl).
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     delay: Duration,
 ) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        tokio::time::sleep(delay).await;
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
+    let (tx, mut rx) =
+        tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(CHUNKS_IN_FLIGHT_MAX);
+    let read = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let due = tokio::time::Instant::now() + delay;
+            if tx.send((due, buf[..n].to_vec())).await.is_err() {
+                break;
+            }
         }
-    }
-    let _ = to.shutdown().await;
+    };
+    let write = async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(read, write);
 }
 
 #[cfg(test)]
@@ -107,6 +128,45 @@ mod tests {
             started.elapsed() >= Duration::from_millis(80),
             "{:?}",
             started.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn chunks_sent_one_after_another_are_delayed_together_not_in_turn() {
+        // an echo server; twenty writes, each its own chunk, 1 ms apart
+        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = echo.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => s.write_all(&buf[..n]).await.unwrap(),
+                }
+            }
+        });
+        let proxy = DelayProxy::start(upstream, Duration::from_millis(50))
+            .await
+            .unwrap();
+        let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+        c.set_nodelay(true).unwrap();
+        let started = tokio::time::Instant::now();
+        for i in 0..20u8 {
+            c.write_all(&[i]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut back = [0u8; 20];
+        c.read_exact(&mut back).await.unwrap();
+        let expected: Vec<u8> = (0..20).collect();
+        assert_eq!(back.to_vec(), expected, "in order");
+        // the last byte left about 20 ms after the first and is back two
+        // delays later; a copy that slept before each write would take
+        // twenty delays
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(100) && took < Duration::from_millis(250),
+            "{took:?}"
         );
     }
 }

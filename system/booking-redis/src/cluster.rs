@@ -35,8 +35,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::io::tcp::TcpSettings;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError,
+    RedisFuture, Value,
 };
 
 /// Retries of one call on a cluster (a redirect, a reconnect), all within the
@@ -46,6 +48,15 @@ pub const CLUSTER_RETRIES: u32 = 2;
 /// asked it to wait (`TRYAGAIN`, `CLUSTERDOWN`): short, as the whole call
 /// has [`crate::ledger::RESPONSE_MAX`].
 pub const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 200);
+
+/// Every socket's TCP settings: no Nagle delay. The pool's calls share a
+/// socket ([`crate::pool`]), so a write usually finds earlier ones not yet
+/// acknowledged, and Nagle's algorithm (the `redis` crate leaves it on)
+/// would hold it back until their acknowledgement: a round trip (and a
+/// delayed ACK) added to calls behind a link with latency.
+fn tcp() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
 
 /// The URL schemes that ask for cluster mode, and the scheme each seed gets.
 const CLUSTER_SCHEMES: [(&str, &str); 2] =
@@ -159,7 +170,7 @@ impl Opener {
             ))
         })? {
             Target::Server(url) => Ok(Opener::Server {
-                client: Client::open(url)?,
+                client: Client::open(url.as_str().into_connection_info()?.set_tcp_settings(tcp()))?,
                 config: AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(connect_max))
                     .set_response_timeout(Some(response_max)),
@@ -172,6 +183,7 @@ impl Opener {
                     .retries(CLUSTER_RETRIES)
                     .min_retry_wait(wait_min)
                     .max_retry_wait(wait_max)
+                    .tcp_settings(tcp())
                     .build()?;
                 Ok(Opener::Cluster { client, seeds })
             }

@@ -54,7 +54,11 @@ async fn a_full_pool_opens_its_sockets_only_and_calls_in_flight_share_reads() {
     let server = RedisServer::start();
     let before = clients(&server);
     let pool = pool::build(&server.url(), SIZE).unwrap();
-    assert_eq!(pool::warm(&pool, SIZE).await, SIZE, "every connection handed out at once");
+    assert_eq!(
+        pool::warm(&pool, SIZE).await,
+        SIZE,
+        "every connection handed out at once"
+    );
     assert_eq!(pool.figures().open, SIZE as u64);
     assert_eq!(
         clients(&server) - before,
@@ -87,7 +91,11 @@ async fn a_full_pool_opens_its_sockets_only_and_calls_in_flight_share_reads() {
     let (commands1, reads1) = processed(&server);
     let calls = (SIZE * calls_each) as u64;
     // the two INFO calls of `processed` count too
-    assert!(commands1 - commands0 >= calls, "{} of {calls}", commands1 - commands0);
+    assert!(
+        commands1 - commands0 >= calls,
+        "{} of {calls}",
+        commands1 - commands0
+    );
     let reads = reads1 - reads0;
     assert!(
         reads * 4 <= calls,
