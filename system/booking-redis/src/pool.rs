@@ -2,8 +2,8 @@
 //! out one per ledger call, so the size bounds the calls in flight and a
 //! pool too small for the load makes its callers wait ([`PoolFigures`]).
 //!
-//! The connections are handles on [`SOCKETS_PER_POOL`] multiplexed sockets,
-//! shared: calls in flight at once on one socket go out in one write and
+//! The connections are handles on one shared multiplexed socket per pool
+//! ([`SOCKETS_PER_POOL`]): calls in flight at once go out in one write and
 //! come back in one read (what Lettuce and ioredis call auto-pipelining).
 //! With a socket per connection every call paid its own `writev` and `read`
 //! on both ends: in a full-rate rehearsal on Redis the client's socket
@@ -25,7 +25,7 @@
 //! so after Redis restarts (or the link resets) every call on it fails.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use booking::{Bug, Bugs};
@@ -39,8 +39,9 @@ use crate::cluster::{Link, Opener};
 /// out; a busier one is trusted.
 pub const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 
-/// Multiplexed sockets a pool's connections share. One: the more calls
-/// share a write, the fewer writes (the default Redis rehearsal's booking
+/// Multiplexed sockets a pool's connections share: one, the fact the tests
+/// and the docs count on (not a knob). The more calls share a write, the
+/// fewer writes (the default Redis rehearsal's booking
 /// p99 was 12.4 and 20.8 ms on seeds 1 and 2 with one, 17.2 and 22.4 ms with
 /// two, 62.7 and 80.8 ms with a socket per connection). Each adapter has a
 /// pool of its own, so an instance has one socket per adapter.
@@ -212,13 +213,12 @@ struct Socket {
 }
 
 /// Opens and checks connections for the pool: each new connection is a
-/// handle on the next of its shared sockets, opened when there is none yet
-/// or the one there failed.
+/// handle on its shared socket, opened when there is none yet or the one
+/// there failed.
 pub struct Manager {
     client: Opener,
     options: PoolOptions,
-    sockets: Vec<tokio::sync::Mutex<Option<Socket>>>,
-    next: AtomicUsize,
+    socket: tokio::sync::Mutex<Option<Socket>>,
 }
 
 impl Manager {
@@ -240,25 +240,10 @@ impl Manager {
         response_max: Duration,
         options: PoolOptions,
     ) -> Result<Manager, RedisError> {
-        Manager::sharing(url, connect_max, response_max, options, SOCKETS_PER_POOL)
-    }
-
-    /// [`Manager::with_options`] whose connections share `sockets` sockets.
-    pub fn sharing(
-        url: &str,
-        connect_max: Duration,
-        response_max: Duration,
-        options: PoolOptions,
-        sockets: usize,
-    ) -> Result<Manager, RedisError> {
-        assert!(sockets > 0, "a pool needs at least one socket");
         Ok(Manager {
             client: Opener::new(url, connect_max, response_max)?,
             options,
-            sockets: (0..sockets)
-                .map(|_| tokio::sync::Mutex::new(None))
-                .collect(),
-            next: AtomicUsize::new(0),
+            socket: tokio::sync::Mutex::new(None),
         })
     }
 }
@@ -268,7 +253,6 @@ impl std::fmt::Debug for Manager {
         f.debug_struct("Manager")
             .field("server", &self.client)
             .field("options", &self.options)
-            .field("sockets", &self.sockets.len())
             .finish_non_exhaustive()
     }
 }
@@ -278,8 +262,7 @@ impl managed::Manager for Manager {
     type Error = RedisError;
 
     async fn create(&self) -> Result<Connection, RedisError> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.sockets.len();
-        let mut slot = self.sockets[i].lock().await;
+        let mut slot = self.socket.lock().await;
         if let Some(socket) = slot.as_ref() {
             // the zoo's trap reuses a failed socket too
             if self.options.keep_failed_connections || !socket.broken.load(Ordering::Relaxed) {
@@ -288,7 +271,7 @@ impl managed::Manager for Manager {
                     broken: Arc::clone(&socket.broken),
                 });
             }
-            tracing::debug!(socket = i, "a failed redis socket replaced");
+            tracing::debug!("a failed redis socket replaced");
         }
         let link = self.client.open().await?;
         let broken = Arc::new(AtomicBool::new(false));
@@ -366,8 +349,7 @@ pub fn build_with(url: &str, pool_size: usize, options: PoolOptions) -> Result<P
     if pool_size == 0 {
         return Err(PoolError::Size);
     }
-    let sockets = SOCKETS_PER_POOL.min(pool_size);
-    let manager = Manager::sharing(url, CONNECT_MAX, RESPONSE_MAX, options, sockets)
+    let manager = Manager::with_options(url, CONNECT_MAX, RESPONSE_MAX, options)
         .map_err(|e| PoolError::Url(e.to_string()))?;
     let inner = managed::Pool::builder(manager)
         .max_size(pool_size)
