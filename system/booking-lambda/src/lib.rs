@@ -14,7 +14,9 @@
 //! on-failure destination), never a panic.
 //!
 //! Binaries: `booking-expiry-lambda`, `booking-sync-lambda`
-//! (`deploy/package-lambda` zips each as `bootstrap`).
+//! (`deploy/package-lambda` zips each as `bootstrap`). Run locally with
+//! `--event FILE`, either answers one invocation with the event in `FILE`
+//! (`events/` holds samples) and prints the partial-batch response.
 
 use std::sync::Arc;
 
@@ -120,9 +122,56 @@ where
         )
         .with_ansi(false)
         .without_time()
+        // stdout is the answer of a local `--event` run; Lambda keeps both
+        .with_writer(std::io::stderr)
         .init();
+    let event = local_event(std::env::args().skip(1))?;
     let config = config_from_env()?;
     let handler = make(config).await?;
     tracing::info!(handler = handler.name(), "cold start done");
-    serve(handler).await
+    match event {
+        None => serve(handler).await,
+        Some(path) => match invoke_file(handler.as_ref(), &path).await {
+            Ok(answer) => {
+                println!("{}", serde_json::to_string(&answer)?);
+                Ok(())
+            }
+            Err(e) => {
+                // what Lambda would log as the invocation's error, readable
+                eprintln!("error: {e}");
+                std::process::exit(1)
+            }
+        },
+    }
+}
+
+/// The flag that runs one invocation locally instead of the runtime loop:
+/// `--event FILE` (a JSON stream event, as `events/` holds).
+pub const EVENT_FLAG: &str = "--event";
+
+/// The event file of a local invocation, if the arguments name one; any
+/// other argument is an error (a function takes none in Lambda).
+pub fn local_event(
+    mut args: impl Iterator<Item = String>,
+) -> Result<Option<std::path::PathBuf>, lambda_runtime::Error> {
+    match (args.next(), args.next(), args.next()) {
+        (None, _, _) => Ok(None),
+        (Some(flag), Some(path), None) if flag == EVENT_FLAG => Ok(Some(path.into())),
+        _ => Err(format!(
+            "usage: run by Lambda with no arguments, or locally as `{EVENT_FLAG} FILE` (one invocation with the JSON event in FILE)"
+        )
+        .into()),
+    }
+}
+
+/// One local invocation with the event in `path`: what Lambda would get back.
+pub async fn invoke_file(
+    handler: &dyn BatchHandler,
+    path: &std::path::Path,
+) -> Result<BatchResponse, lambda_runtime::Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the event {}: {e}", path.display()))?;
+    let payload: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("the event {} is not JSON: {e}", path.display()))?;
+    Ok(invoke(handler, payload).await?)
 }

@@ -175,7 +175,9 @@ async fn the_expiry_function_gives_back_the_seat_of_a_held_record_the_ttl_delete
         RecordsConfig::default(),
     ));
     let handler = booking_service::expiry::ExpiryHandler::new(records, ledger.clone(), 0);
-    let event = json!({"Records": [ttl_removal(&held("x", "TR1"), "5001")]});
+    // the README's sample event: the TTL service deleted x's HELD record
+    let event: Value =
+        serde_json::from_str(&std::fs::read_to_string(SAMPLE_EVENT).unwrap()).unwrap();
     let answer = invoke(&handler, event.clone()).await.unwrap();
     assert!(answer.batch_item_failures.is_empty());
     assert!(
@@ -368,4 +370,74 @@ fn the_deployed_mappings_are_the_local_mappings_settings() {
             .count(),
         2
     );
+}
+
+/// The sample event `events/ttl-removal.json`, which the README invokes.
+const SAMPLE_EVENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/events/ttl-removal.json");
+
+#[tokio::test]
+async fn the_sample_event_is_a_ttl_deletion_of_a_held_booking_in_the_tables_item_format() {
+    let text = std::fs::read_to_string(SAMPLE_EVENT).unwrap();
+    let sample: Value = serde_json::from_str(&text).unwrap();
+    let expected = json!({"Records": [ttl_removal(&held("x", "TR1"), "5001")]});
+    assert_eq!(
+        sample,
+        expected,
+        "events/ttl-removal.json drifted from the table's item format; it should be:\n{}",
+        serde_json::to_string_pretty(&expected).unwrap()
+    );
+}
+
+/// Runs a function binary locally on one event file.
+fn run_local(bin: &str, event: &std::path::Path) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("booking-lambda-local-{:016x}", rand_u64()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("booking.toml");
+    std::fs::write(&config, "sale = \"launch\"\n").unwrap();
+    let out = std::process::Command::new(bin)
+        .arg(booking_lambda::EVENT_FLAG)
+        .arg(event)
+        .env(booking_lambda::CONFIG_ENV, &config)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    out
+}
+
+#[test]
+fn the_expiry_binary_answers_a_local_event_file_and_refuses_a_malformed_one() {
+    let bin = env!("CARGO_BIN_EXE_booking-expiry-lambda");
+    let out = run_local(bin, std::path::Path::new(SAMPLE_EVENT));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+
+    let bad = std::env::temp_dir().join(format!("not-an-event-{:016x}.json", rand_u64()));
+    std::fs::write(&bad, r#"{"not": "an event"}"#).unwrap();
+    let out = run_local(bin, &bad);
+    std::fs::remove_file(&bad).ok();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "no answer is printed for a malformed event");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a DynamoDB stream event"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_function_takes_no_arguments_but_an_event_file() {
+    let args = |a: &[&str]| booking_lambda::local_event(a.iter().map(|s| s.to_string()));
+    assert_eq!(args(&[]).unwrap(), None);
+    assert_eq!(
+        args(&["--event", "e.json"]).unwrap(),
+        Some(std::path::PathBuf::from("e.json"))
+    );
+    for bad in [&["--event"][..], &["e.json"], &["--event", "a", "b"], &["--events", "a"]] {
+        assert!(args(bad).is_err(), "{bad:?}");
+    }
 }
