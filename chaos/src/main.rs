@@ -10,6 +10,11 @@
 //! - `chaos zoo`: every bug of the zoo switched on in turn; a table of the
 //!   invariant that caught it and the seconds it took.
 //!
+//! `matrix` and `zoo` write into `--out` (default [`DEFAULT_OUT`], beside
+//! the rehearsals' run folders, which git ignores): their JSON, their
+//! Markdown table and their JUnit XML (`matrix.junit.xml`,
+//! `rehearsal-matrix.junit.xml`, `zoo.junit.xml`) for CI's test reporters.
+//!
 //! Exit status: 0 when everything held (every zoo row caught), 1 when a
 //! check failed (or a bug went uncaught), 2 when the command could not run.
 
@@ -25,6 +30,10 @@ use chaos::sim::{self, SimConfig};
 use chaos::zoo::{self, Harness, ZooRow};
 use clap::{Parser, Subcommand};
 
+/// Where `matrix` and `zoo` write by default: under `reports/runs/`, which
+/// git ignores.
+const DEFAULT_OUT: &str = "reports/runs/chaos";
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -34,6 +43,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: service_main::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,8 +84,9 @@ enum Command {
         /// Threads (default: the machine's cores).
         #[arg(long)]
         jobs: Option<usize>,
-        /// Where `matrix.json` and `matrix.md` go.
-        #[arg(long, default_value = "reports/chaos")]
+        /// Where `matrix.json`, `matrix.md` and `matrix.junit.xml` go (with
+        /// --rehearsal: `rehearsal-matrix.*` and the run folders).
+        #[arg(long, default_value = DEFAULT_OUT)]
         out: PathBuf,
         /// Rehearsals instead of sales in virtual time: the built-in
         /// rehearsal schedules (process, link, port and gateway faults) on a
@@ -94,8 +106,9 @@ enum Command {
         /// bug, which must pass); sim rows always run theirs.
         #[arg(long)]
         controls: bool,
-        /// Where `zoo.json`, `zoo.md` and the rehearsals' run folders go.
-        #[arg(long, default_value = "reports/chaos")]
+        /// Where `zoo.json`, `zoo.md`, `zoo.junit.xml` and the rehearsals'
+        /// run folders go.
+        #[arg(long, default_value = DEFAULT_OUT)]
         out: PathBuf,
     },
 }
@@ -108,16 +121,12 @@ fn parse_bug(s: &str) -> Result<Bug, String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // the zoo's bugged systems log what they do wrong; the
-                // checks report it
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("chaos=info,off")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    // the zoo's bugged systems log what they do wrong; the checks report it
+    if let Err(e) = service_main::init_logging(cli.log.log_format, "chaos=info,off") {
+        eprintln!("error: logging: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Run {
             schedule,
@@ -282,6 +291,7 @@ fn run_matrix(
         serde_json::to_string_pretty(&summary)?,
     )?;
     std::fs::write(out.join("matrix.md"), summary.table())?;
+    write_junit(out, "matrix.junit.xml", &summary.junit())?;
     let failed: Vec<&MatrixRun> = summary.runs.iter().filter(|r| !r.passed).collect();
     for r in &failed {
         println!(
@@ -335,6 +345,12 @@ fn run_rehearsal_matrix(
         serde_json::to_string_pretty(&runs)?,
     )?;
     std::fs::write(out.join("rehearsal-matrix.md"), table)?;
+    let wall_ms = started.elapsed().as_millis() as u64;
+    write_junit(
+        out,
+        "rehearsal-matrix.junit.xml",
+        &rm::junit(&runs, wall_ms),
+    )?;
     Ok(failed == 0)
 }
 
@@ -397,5 +413,50 @@ fn run_zoo(only: &[Bug], controls: bool, out: &Path) -> anyhow::Result<bool> {
     );
     std::fs::write(out.join("zoo.json"), serde_json::to_string_pretty(&rows)?)?;
     std::fs::write(out.join("zoo.md"), &table)?;
+    let secs = started.elapsed().as_secs_f64();
+    write_junit(out, "zoo.junit.xml", &zoo::junit(&rows, secs))?;
     Ok(ok == rows.len())
+}
+
+/// Writes `suite` as JUnit XML to `out/name` (the reports crate's writer).
+fn write_junit(out: &Path, name: &str, suite: &reports::junit::TestSuite) -> anyhow::Result<()> {
+    let path = out.join(name);
+    std::fs::write(
+        &path,
+        reports::junit::render(&suite.name, std::slice::from_ref(suite)),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    tracing::info!(path = %path.display(), tests = suite.cases.len(), failures = suite.failures(), "wrote the JUnit XML");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The default output folder is under `reports/runs/`, which the
+    /// repository's .gitignore ignores (a run never dirties the tree).
+    #[test]
+    fn the_default_out_is_under_the_ignored_runs_folder() {
+        assert!(DEFAULT_OUT.starts_with("reports/runs/"));
+        let gitignore = include_str!("../../.gitignore");
+        assert!(
+            gitignore.lines().any(|l| l.trim() == "/reports/runs/"),
+            "{gitignore}"
+        );
+        let cli = Cli::command();
+        for sub in ["matrix", "zoo"] {
+            let out: Option<Vec<String>> = cli
+                .find_subcommand(sub)
+                .and_then(|c| c.get_arguments().find(|a| a.get_id() == "out"))
+                .map(|a| {
+                    a.get_default_values()
+                        .iter()
+                        .map(|v| v.to_string_lossy().into_owned())
+                        .collect()
+                });
+            assert_eq!(out, Some(vec![DEFAULT_OUT.to_owned()]), "{sub}");
+        }
+    }
 }

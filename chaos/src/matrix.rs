@@ -142,6 +142,43 @@ impl MatrixSummary {
         self.runs.len() as f64 * 60_000.0 / self.wall_ms.max(1) as f64
     }
 
+    /// The matrix as a JUnit suite: one case per schedule × seed (classname
+    /// `chaos.matrix.<schedule>`, name `seed N`); a failed run's message
+    /// carries its failed checks and the command that reproduces it.
+    pub fn junit(&self) -> reports::junit::TestSuite {
+        use reports::junit::{Failure, TestCase, TestSuite};
+        TestSuite {
+            name: "chaos matrix".to_owned(),
+            timestamp: None,
+            time_secs: self.wall_ms as f64 / 1_000.0,
+            properties: vec![("jobs".to_owned(), self.jobs.to_string())],
+            cases: self
+                .runs
+                .iter()
+                .map(|r| TestCase {
+                    name: format!("seed {}", r.seed),
+                    classname: format!("chaos.matrix.{}", r.schedule),
+                    time_secs: r.wall_ms as f64 / 1_000.0,
+                    failure: (!r.passed).then(|| Failure {
+                        message: format!(
+                            "{} — reproduce: {}",
+                            r.failures.join("; "),
+                            r.reproduce()
+                        ),
+                        kind: "check_failed".to_owned(),
+                        text: format!(
+                            "{}\n\nfailed checks:\n{}\n\nreproduce:\n{}\n",
+                            r.summary,
+                            r.failures.join("\n"),
+                            r.reproduce()
+                        ),
+                    }),
+                    output: Some(r.summary.clone()),
+                })
+                .collect(),
+        }
+    }
+
     /// The summary table in Markdown: one row per schedule.
     pub fn table(&self) -> String {
         let mut s = String::from(
@@ -298,5 +335,27 @@ mod tests {
         assert!(!summary.passed());
         assert_eq!(summary.sales_per_minute(), 2.0);
         assert!(summary.table().contains("| `gateway-trouble` | 1 | 0 |"));
+        let mut ok = summary.runs[0].clone();
+        ok.passed = true;
+        ok.seed = 8;
+        ok.failures.clear();
+        let summary = MatrixSummary {
+            runs: vec![summary.runs[0].clone(), ok],
+            ..summary
+        };
+        let suite = summary.junit();
+        assert_eq!((suite.cases.len(), suite.failures()), (2, 1));
+        assert_eq!(suite.cases[0].name, "seed 7");
+        assert_eq!(suite.cases[0].classname, "chaos.matrix.gateway-trouble");
+        let failure = suite.cases[0].failure.as_ref().unwrap();
+        assert!(
+            failure
+                .message
+                .starts_with("count_is_paid: x — reproduce: cargo run")
+        );
+        assert!(failure.message.contains(&summary.runs[0].reproduce()));
+        assert!(suite.cases[1].failure.is_none());
+        let xml = reports::junit::render("chaos matrix", &[suite]);
+        assert!(xml.contains("tests=\"2\" failures=\"1\""), "{xml}");
     }
 }

@@ -145,6 +145,39 @@ pub async fn run_one(profile: &str, schedule: &str, seed: u64, out: &Path) -> Re
     }
 }
 
+/// The rehearsal matrix as a JUnit suite: one case per schedule × seed
+/// (classname `chaos.rehearsal_matrix.<schedule>`, name `seed N`); a failed
+/// run's message carries its failed verdicts and the command that
+/// reproduces it. `wall_ms`: the whole matrix's wall time.
+pub fn junit(runs: &[RehearsalRun], wall_ms: u64) -> reports::junit::TestSuite {
+    use reports::junit::{Failure, TestCase, TestSuite};
+    TestSuite {
+        name: "chaos matrix --rehearsal".to_owned(),
+        timestamp: None,
+        time_secs: wall_ms as f64 / 1_000.0,
+        properties: vec![("instances".to_owned(), INSTANCES.to_string())],
+        cases: runs
+            .iter()
+            .map(|r| TestCase {
+                name: format!("seed {}", r.seed),
+                classname: format!("chaos.rehearsal_matrix.{}", r.schedule),
+                time_secs: r.wall_ms as f64 / 1_000.0,
+                failure: (!r.passed).then(|| Failure {
+                    message: format!("{} — reproduce: {}", r.failures.join("; "), r.reproduce),
+                    kind: "verdict_failed".to_owned(),
+                    text: format!(
+                        "failed:\n{}\n\nrun folder: {}\nreproduce:\n{}\n",
+                        r.failures.join("\n"),
+                        r.run,
+                        r.reproduce
+                    ),
+                }),
+                output: (!r.run.is_empty()).then(|| format!("run folder: {}", r.run)),
+            })
+            .collect(),
+    }
+}
+
 /// The Markdown table of a matrix's runs.
 pub fn table(runs: &[RehearsalRun]) -> String {
     let mut s =
@@ -185,6 +218,30 @@ mod tests {
             // each window opens inside the ci load (a 6 s rush, 8 s late)
             assert!(schedule.faults.iter().all(|f| f.start_ms < 12_000), "{s}");
         }
+        let run = |passed: bool| RehearsalRun {
+            schedule: "link-trouble".into(),
+            seed: 2,
+            passed,
+            failures: if passed {
+                vec![]
+            } else {
+                vec!["booking_p99_ms (p99 80 ms)".into()]
+            },
+            run: "reports/runs/x".into(),
+            wall_ms: 1_500,
+            reproduce: "cargo run -p scenarios -- rehearse --seed 2".into(),
+        };
+        let suite = junit(&[run(true), run(false)], 4_000);
+        assert_eq!((suite.cases.len(), suite.failures()), (2, 1));
+        assert_eq!(
+            suite.cases[1].classname,
+            "chaos.rehearsal_matrix.link-trouble"
+        );
+        assert_eq!(
+            suite.cases[1].failure.as_ref().unwrap().message,
+            "booking_p99_ms (p99 80 ms) — reproduce: cargo run -p scenarios -- rehearse --seed 2"
+        );
+        assert_eq!(suite.time_secs, 4.0);
         let (profile, schedules, seeds) = plan(MatrixProfile::Soak, None);
         assert_eq!(
             (profile, schedules, seeds),

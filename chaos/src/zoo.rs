@@ -564,6 +564,76 @@ pub fn run_sim_case(case: &ZooCase, config: &SimConfig) -> ZooRow {
     row(case, bugged, secs, Some(control))
 }
 
+/// The zoo as a JUnit suite: per row, a case that the bug is caught
+/// (`<bug> caught`, classname `chaos.zoo.<harness>`; a failure when no
+/// expected check failed) and, when the control ran, a case that it passed
+/// (`<bug> control`; a failure when the run without the bug failed too).
+/// `secs`: the whole zoo's wall time.
+pub fn junit(rows: &[ZooRow], secs: f64) -> reports::junit::TestSuite {
+    use reports::junit::{Failure, TestCase, TestSuite};
+    let mut cases = Vec::new();
+    for r in rows {
+        let classname = format!("chaos.zoo.{}", r.harness);
+        let reproduce = format!(
+            "cargo run --release -p chaos -- zoo --bug {}{}",
+            r.bug,
+            if r.harness == "rehearsal" {
+                " --controls"
+            } else {
+                ""
+            }
+        );
+        cases.push(TestCase {
+            name: format!("{} caught", r.bug),
+            classname: classname.clone(),
+            time_secs: r.secs,
+            failure: (!r.caught).then(|| Failure {
+                message: format!(
+                    "{} ({}) NOT CAUGHT: failed checks [{}]; {} — reproduce: {reproduce}",
+                    r.bug,
+                    r.what,
+                    r.failed.join(", "),
+                    r.detail
+                ),
+                kind: "not_caught".to_owned(),
+                text: format!(
+                    "{}: {}\nfailed checks: {}\n{}\nreproduce: {reproduce}\n",
+                    r.bug,
+                    r.what,
+                    r.failed.join(", "),
+                    r.detail
+                ),
+            }),
+            output: r
+                .caught
+                .then(|| format!("caught by {}", r.caught_by.join(", "))),
+        });
+        if let Some(passed) = r.control_passed {
+            cases.push(TestCase {
+                name: format!("{} control", r.bug),
+                classname,
+                time_secs: 0.0,
+                failure: (!passed).then(|| Failure {
+                    message: format!(
+                        "the control of {} (the same run without the bug) failed: catching the bug proves nothing — reproduce: {reproduce}",
+                        r.bug
+                    ),
+                    kind: "control_failed".to_owned(),
+                    text: format!("{}\nreproduce: {reproduce}\n", r.detail),
+                }),
+                output: None,
+            });
+        }
+    }
+    TestSuite {
+        name: "chaos zoo".to_owned(),
+        timestamp: None,
+        time_secs: secs,
+        properties: Vec::new(),
+        cases,
+    }
+}
+
 /// The zoo's table in Markdown.
 pub fn table(rows: &[ZooRow]) -> String {
     let mut s = String::from(
@@ -673,8 +743,35 @@ mod tests {
         // caught, but the control failed too: proves nothing
         let r = row(&case, judged(&["count_is_paid"]), 1.0, Some(false));
         assert!(r.caught && !r.ok());
+        let suite = junit(
+            &[
+                row(&case, judged(&["count_is_paid"]), 1.0, Some(true)),
+                row(&case, judged(&["count_is_paid"]), 1.0, Some(false)),
+            ],
+            3.0,
+        );
+        // a caught row: its case and its control's, the failed control a failure
+        let names: Vec<_> = suite.cases.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "paid_keeps_ttl caught",
+                "paid_keeps_ttl control",
+                "paid_keeps_ttl caught",
+                "paid_keeps_ttl control"
+            ]
+        );
+        assert_eq!(suite.failures(), 1);
+        let failed = suite.cases[3].failure.as_ref().unwrap();
+        assert_eq!(failed.kind, "control_failed");
+        assert!(failed.message.contains("zoo --bug paid_keeps_ttl"));
         let r = row(&case, Err("boom".into()), 1.0, None);
         assert!(!r.caught && r.detail.contains("boom"));
+        let suite = junit(std::slice::from_ref(&r), 1.0);
+        assert_eq!((suite.cases.len(), suite.failures()), (1, 1));
+        let failure = suite.cases[0].failure.as_ref().unwrap();
+        assert_eq!(failure.kind, "not_caught");
+        assert!(failure.message.contains("NOT CAUGHT") && failure.message.contains("boom"));
         assert!(table(&[r]).contains("NOT CAUGHT"));
     }
 }

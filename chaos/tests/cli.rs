@@ -35,6 +35,15 @@ fn the_ci_matrix_passes_every_schedule_and_seed() {
         serde_json::from_str(&std::fs::read_to_string(format!("{out}/matrix.json")).unwrap())
             .unwrap();
     assert_eq!(summary["runs"].as_array().unwrap().len(), 18);
+    // the JUnit file for CI: one case per schedule × seed, none failed
+    let junit = std::fs::read_to_string(format!("{out}/matrix.junit.xml")).unwrap();
+    assert!(junit.starts_with("<?xml"), "{junit}");
+    assert!(
+        junit.contains(r#"<testsuite name="chaos matrix" tests="18" failures="0""#),
+        "{junit}"
+    );
+    assert_eq!(junit.matches("<testcase ").count(), 18);
+    assert!(junit.contains(r#"name="seed 3" classname="chaos.matrix.gateway-trouble""#));
     // the faults fired: a matrix whose faults never fire proves nothing
     assert!(
         summary["runs"]
@@ -66,6 +75,10 @@ fn every_bug_of_the_zoo_is_caught_by_its_invariant() {
     assert!(!stdout.contains("NOT CAUGHT"));
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(format!("{out}/zoo.json")).unwrap()).unwrap();
+    // the JUnit file: a case per row that it was caught, none failed
+    let junit = std::fs::read_to_string(format!("{out}/zoo.junit.xml")).unwrap();
+    assert!(junit.contains(r#"failures="0""#), "{junit}");
+    assert_eq!(junit.matches(" caught\" classname=").count(), 20, "{junit}");
     // token_grant_per_instance has a rehearsal row and a sim row
     assert_eq!(rows.len(), 20);
     // the redirect bugs are caught in virtual time as well as over HTTP

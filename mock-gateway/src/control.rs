@@ -55,6 +55,8 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/", get(sns_action))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
+        // ready whenever it serves: the mock has no warm-up and no drain
+        .route("/readyz", get(|| async { "ready" }))
 }
 
 fn bad_request(why: impl std::fmt::Display) -> Response {

@@ -1,4 +1,5 @@
-//! `mock-gateway`: serve the mock bKash gateway until Ctrl-C.
+//! `mock-gateway`: serve the mock bKash gateway until SIGTERM or Ctrl-C,
+//! then stop (the webhook deliveries under way end) and exit 0.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -6,7 +7,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use mock_gateway::{Config, ScriptSpec, SystemClock, config::Merchant};
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc: the gateway allocates many small short-lived strings per request.
 #[global_allocator]
@@ -70,15 +70,15 @@ struct Args {
     /// Worker threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// The log lines' format.
+    #[command(flatten)]
+    log: service_main::LogArgs,
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
+    service_main::init_logging(args.log.log_format, "info")
+        .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if args.threads > 0 {
         rt.worker_threads(args.threads);
@@ -127,9 +127,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let running =
         mock_gateway::start(listener, config, script, None, Arc::new(SystemClock)).await?;
     println!("mock-gateway listening on {}", running.url);
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    service_main::stop_signal().await;
     running.stop().await;
+    tracing::info!("mock-gateway stopped");
     Ok(())
 }

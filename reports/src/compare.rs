@@ -1,10 +1,12 @@
-//! Comparing two runs: their key figures side by side with deltas, and the
-//! invariants whose verdict changed.
+//! Comparing two runs: their key figures side by side with deltas, the
+//! latency percentiles of every transaction both measured (read from their
+//! HDR histograms), and the invariants whose verdict changed.
 
 use std::collections::BTreeSet;
 
 use crate::figures::{booking_p99_ms, duration_ms, paid_total};
-use crate::model::Report;
+use crate::hdr;
+use crate::model::{Report, TransactionFigures};
 
 /// Which way a figure should move for the second run to be better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +108,89 @@ pub struct Comparison {
     pub figures: Vec<FigureDelta>,
     /// Every invariant of either run: the first's in order, then those only the second checked.
     pub invariants: Vec<InvariantDelta>,
+    /// The latency percentiles of every transaction both runs measured, in
+    /// the first run's order.
+    pub percentiles: Vec<TransactionPercentiles>,
+}
+
+/// The percentiles a comparison shows, in order: the key of a gate's figure
+/// name (`<transaction>_<key>_ms`) and the label.
+pub const PERCENTILES: [(&str, &str); 5] = [
+    ("p50", "p50"),
+    ("p90", "p90"),
+    ("p99", "p99"),
+    ("p999", "p99.9"),
+    ("max", "max"),
+];
+
+/// The latency percentiles of one transaction in one run, ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Percentiles {
+    /// How many completed.
+    pub count: u64,
+    /// p50, p90, p99, p99.9 and max, in [`PERCENTILES`] order.
+    pub values: [f64; 5],
+    /// Whether they were read from the run's HDR histogram (`false`: an
+    /// older report without one, or one that did not decode: the figures
+    /// the report wrote down).
+    pub from_hdr: bool,
+}
+
+impl Percentiles {
+    /// The percentiles of `t`: from its HDR histogram when it has one that
+    /// decodes, else its written figures.
+    pub fn of(t: &TransactionFigures) -> Percentiles {
+        match t.hdr.as_deref().map(hdr::decode) {
+            Some(Ok(h)) => {
+                let f = hdr::figures(&t.name, &h, t.errors);
+                Percentiles {
+                    count: f.count,
+                    values: [f.p50_ms, f.p90_ms, f.p99_ms, f.p999_ms, f.max_ms],
+                    from_hdr: true,
+                }
+            }
+            _ => Percentiles {
+                count: t.count,
+                values: [t.p50_ms, t.p90_ms, t.p99_ms, t.p999_ms, t.max_ms],
+                from_hdr: false,
+            },
+        }
+    }
+
+    /// The percentile of key `key` (`p50`, …, `max`; see [`PERCENTILES`]).
+    pub fn get(&self, key: &str) -> Option<f64> {
+        PERCENTILES
+            .iter()
+            .position(|(k, _)| *k == key)
+            .map(|i| self.values[i])
+    }
+}
+
+/// One transaction's percentiles in both runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransactionPercentiles {
+    /// The transaction.
+    pub name: String,
+    /// In the first run.
+    pub a: Percentiles,
+    /// In the second run.
+    pub b: Percentiles,
+}
+
+/// The percentiles of every transaction both runs measured, in `a`'s order.
+pub fn percentiles(a: &Report, b: &Report) -> Vec<TransactionPercentiles> {
+    a.load
+        .transactions
+        .iter()
+        .filter_map(|ta| {
+            let tb = b.load.transactions.iter().find(|t| t.name == ta.name)?;
+            Some(TransactionPercentiles {
+                name: ta.name.clone(),
+                a: Percentiles::of(ta),
+                b: Percentiles::of(tb),
+            })
+        })
+        .collect()
 }
 
 impl Comparison {
@@ -120,10 +205,13 @@ impl Comparison {
     }
 }
 
-/// The figures compared, in order: name, unit, better direction, getter.
-fn figures(a: &Report, b: &Report) -> Vec<FigureDelta> {
-    type Get = fn(&Report) -> f64;
-    let fixed: [(&str, &str, Better, Get); 18] = [
+/// How a run's figure is read.
+pub type Getter = fn(&Report) -> f64;
+
+/// The fixed figures compared, in order: name, unit, better direction,
+/// getter (`booking p99` is 0 for a run without it).
+pub fn fixed_figures() -> [(&'static str, &'static str, Better, Getter); 18] {
+    [
         ("duration", "s", Better::Neither, |r| {
             duration_ms(r) as f64 / 1000.0
         }),
@@ -170,7 +258,12 @@ fn figures(a: &Report, b: &Report) -> Vec<FigureDelta> {
         ("invariants failed", "count", Better::Lower, |r| {
             r.failed().count() as f64
         }),
-    ];
+    ]
+}
+
+/// The figures compared, in order: the fixed ones, then each transaction's p99.
+fn figures(a: &Report, b: &Report) -> Vec<FigureDelta> {
+    let fixed = fixed_figures();
     let mut out: Vec<FigureDelta> = fixed
         .iter()
         .map(|&(name, unit, better, get)| FigureDelta {
@@ -232,6 +325,7 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
         b_passed: b.passed,
         figures: figures(a, b),
         invariants,
+        percentiles: percentiles(a, b),
     }
 }
 
@@ -329,5 +423,44 @@ mod tests {
         assert_eq!(c.invariants[0].b_figure, Some(3.0));
         assert_eq!(c.figure("invariants failed").unwrap().b, 2.0);
         assert!(c.a_passed && !c.b_passed);
+    }
+
+    #[test]
+    fn percentiles_of_transactions_in_both_runs_come_from_their_histograms() {
+        let mut a = report("a", 1.0, 5.0, vec![]);
+        let mut b = report("b", 1.0, 5.0, vec![]);
+        let mut h = crate::hdr::histogram();
+        for ms in 1..=1000u64 {
+            h.record(ms * 1_000).unwrap();
+        }
+        // A's booking from a histogram (its written p99 of 5 ms is ignored),
+        // B's an older report's written figures
+        a.load.transactions[0] = crate::hdr::figures("booking", &h, 0);
+        a.load.transactions[0].p99_ms = 5.0;
+        b.load.transactions[0].p50_ms = 2.0;
+        a.load.transactions.push(TransactionFigures {
+            name: "only-a".into(),
+            ..Default::default()
+        });
+        let c = compare(&a, &b);
+        assert_eq!(c.percentiles.len(), 1, "only transactions both measured");
+        let t = &c.percentiles[0];
+        assert_eq!(t.name, "booking");
+        assert!(t.a.from_hdr && !t.b.from_hdr);
+        assert_eq!(t.a.count, 1000);
+        let p99 = t.a.get("p99").unwrap();
+        assert!((p99 - 990.0).abs() < 1.0, "{p99}");
+        assert!((t.a.get("max").unwrap() - 1000.0).abs() < 1.0);
+        assert_eq!((t.b.get("p50"), t.b.get("p99")), (Some(2.0), Some(5.0)));
+        assert_eq!(t.a.get("p75"), None);
+        let md = crate::markdown::render_comparison(&c);
+        assert!(md.contains("### Latency percentiles, ms"), "{md}");
+        assert!(
+            md.contains("| `booking` | B | 0 | 2 | 0 | 5 | 0 | 0 | written |"),
+            "{md}"
+        );
+        let html = crate::html::render_comparison(&a, &b, &c);
+        assert!(html.contains("<h2>Latency percentiles, ms</h2>"));
+        assert!(html.contains(r#"<td class="num">990.207</td>"#), "{html}");
     }
 }

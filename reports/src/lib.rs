@@ -1,15 +1,18 @@
 //! The rehearsal report (SPEC §6): the [`model`] of `report.json`, and what
 //! a run folder holds besides it: `report.html` (one self-contained page
-//! with plots, see [`html`]) and `summary.md` (for CI logs, see
-//! [`markdown`]). [`compare()`] sets two runs side by side; [`merge()`]
+//! with plots, see [`html`]), `summary.md` (for CI logs, see
+//! [`markdown`]) and `junit.xml` (the verdicts as JUnit XML for CI's test
+//! reporters, see [`junit`]). [`compare()`] sets two runs side by side; [`merge()`]
 //! joins the reports of a sharded load's shards into one, percentiles from
 //! their HDR histograms ([`hdr`]), verdicts on the load judged again
 //! ([`verdicts`]).
 
 pub mod compare;
 pub mod figures;
+pub mod gate;
 pub mod hdr;
 pub mod html;
+pub mod junit;
 pub mod markdown;
 pub mod merge;
 pub mod model;
@@ -36,6 +39,8 @@ pub const REPORT_JSON: &str = "report.json";
 pub const REPORT_HTML: &str = "report.html";
 /// The Markdown summary's file name in a run folder.
 pub const SUMMARY_MD: &str = "summary.md";
+/// The JUnit XML's file name in a run folder.
+pub use junit::JUNIT_XML;
 
 /// Why a report could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -74,13 +79,19 @@ pub enum ReportError {
     /// Shard reports that cannot be merged.
     #[error("cannot merge: {0}")]
     Merge(#[from] MergeError),
+    /// A `--fail-on` gate that names no figure, or one only one run has.
+    #[error("cannot judge the gates: {0}")]
+    Gate(#[from] gate::GateError),
 }
 
 impl ReportError {
     /// Whether the input was at fault (missing file, invalid JSON) rather
     /// than the writing.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, Self::Read { .. } | Self::Json { .. } | Self::Merge(_))
+        matches!(
+            self,
+            Self::Read { .. } | Self::Json { .. } | Self::Merge(_) | Self::Gate(_)
+        )
     }
 }
 
@@ -93,6 +104,8 @@ pub struct Written {
     pub html: PathBuf,
     /// `summary.md`.
     pub markdown: PathBuf,
+    /// `junit.xml`.
+    pub junit: PathBuf,
 }
 
 /// Writes `contents` to `path`.
@@ -111,26 +124,28 @@ fn create_dir(dir: &Path) -> Result<(), ReportError> {
     })
 }
 
-/// Writes `report.html` and `summary.md` for `report` into `dir`.
-fn render_into(dir: &Path, report: &Report) -> Result<(PathBuf, PathBuf), ReportError> {
+/// Writes `report.html`, `summary.md` and `junit.xml` for `report` into
+/// `dir`; `json` is the report's file, if written.
+fn render_into(dir: &Path, report: &Report, json: Option<PathBuf>) -> Result<Written, ReportError> {
     let html = write(dir.join(REPORT_HTML), &html::render_report(report))?;
     let markdown = write(dir.join(SUMMARY_MD), &markdown::render_summary(report))?;
-    Ok((html, markdown))
+    let junit = write(dir.join(JUNIT_XML), &junit::render_report(report))?;
+    Ok(Written {
+        json,
+        html,
+        markdown,
+        junit,
+    })
 }
 
-/// Writes a run folder: `report.json` (pretty), `report.html` and
-/// `summary.md`, creating `dir` if needed.
+/// Writes a run folder: `report.json` (pretty), `report.html`,
+/// `summary.md` and `junit.xml`, creating `dir` if needed.
 pub fn write_run(dir: &Path, report: &Report) -> Result<Written, ReportError> {
     create_dir(dir)?;
     let mut json = serde_json::to_string_pretty(report).map_err(ReportError::Serialise)?;
     json.push('\n');
     let json = write(dir.join(REPORT_JSON), &json)?;
-    let (html, markdown) = render_into(dir, report)?;
-    Ok(Written {
-        json: Some(json),
-        html,
-        markdown,
-    })
+    render_into(dir, report, Some(json))
 }
 
 /// Where the report of `path` is: `path/report.json` for a folder, else `path`.
@@ -163,7 +178,8 @@ pub fn load_report(path: &Path) -> Result<Report, ReportError> {
     parse_report(&text, &path)
 }
 
-/// Re-renders `report.html` and `summary.md` beside an existing report:
+/// Re-renders `report.html`, `summary.md` and `junit.xml` beside an
+/// existing report:
 /// `dir` is a run folder or a report's JSON file (the pages go beside it).
 pub fn render_dir(dir: &Path) -> Result<Written, ReportError> {
     let report = load_report(dir)?;
@@ -172,10 +188,5 @@ pub fn render_dir(dir: &Path) -> Result<Written, ReportError> {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     };
-    let (html, markdown) = render_into(&out, &report)?;
-    Ok(Written {
-        json: None,
-        html,
-        markdown,
-    })
+    render_into(&out, &report, None)
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::compare::Comparison;
+use crate::compare::{Comparison, PERCENTILES, Percentiles, TransactionPercentiles};
 use crate::figures::{
     booking_p99_ms, duration_ms, failed_first, fmt_int, fmt_num, fmt_secs, paid_total, pct,
     reactions_text, relaxed_bounds, sharding, threshold, with_unit,
@@ -234,7 +234,55 @@ pub fn render_comparison(c: &Comparison) -> String {
                 .unwrap_or_else(|| "–".into())
         );
     }
+    percentiles_section(&mut out, &c.percentiles);
     out
+}
+
+/// The change from `a` to `b`, percent to one decimal (`–` from 0).
+pub(crate) fn change_pct(a: f64, b: f64) -> String {
+    if a == 0.0 {
+        return "–".to_owned();
+    }
+    format!("{}%", signed(((b - a) / a.abs() * 1000.0).round() / 10.0))
+}
+
+/// Where a run's percentiles came from, for the table: `HDR` or `written`.
+pub(crate) fn source(p: &Percentiles) -> &'static str {
+    if p.from_hdr { "HDR" } else { "written" }
+}
+
+/// Each transaction both runs measured: its percentiles in A, in B and
+/// the change, one row each.
+fn percentiles_section(out: &mut String, rows: &[TransactionPercentiles]) {
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("\n### Latency percentiles, ms\n\nRead from each run's HDR histogram (`written`: an older report without one, its written figures).\n\n| Transaction | Run | Count |");
+    for (_, label) in PERCENTILES {
+        let _ = write!(out, " {label} |");
+    }
+    out.push_str(" Source |\n|---|---|---:|");
+    out.push_str(&"---:|".repeat(PERCENTILES.len()));
+    out.push_str("---|\n");
+    for t in rows {
+        for (run, p) in [("A", &t.a), ("B", &t.b)] {
+            let _ = write!(out, "| {} | {run} | {} |", code(&t.name), fmt_int(p.count));
+            for v in p.values {
+                let _ = write!(out, " {} |", fmt_num(v));
+            }
+            let _ = writeln!(out, " {} |", source(p));
+        }
+        let _ = write!(
+            out,
+            "| {} | Δ % | {} |",
+            code(&t.name),
+            change_pct(t.a.count as f64, t.b.count as f64)
+        );
+        for (a, b) in t.a.values.iter().zip(t.b.values) {
+            let _ = write!(out, " {} |", change_pct(*a, b));
+        }
+        out.push_str(" |\n");
+    }
 }
 
 #[cfg(test)]

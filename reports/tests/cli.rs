@@ -144,3 +144,112 @@ fn merge_joins_shards_into_a_run_folder_and_refuses_what_is_not_one_run() {
     assert!(err.contains("is not a shard's report"), "{err}");
     assert!(!refused.exists());
 }
+
+/// A run whose transactions carry HDR histograms: `n` latencies 1..=n ms
+/// scaled by `scale`, rush rate `rate`.
+fn run_with_latencies(run: &str, scale: f64, rate: f64) -> reports::Report {
+    ReportBuilder::new()
+        .with(|r| {
+            r.run_id = run.into();
+            r.load.achieved_rate = rate;
+            for t in &mut r.load.transactions {
+                let mut h = reports::hdr::histogram();
+                for ms in 1..=200u64 {
+                    h.record((ms as f64 * 1_000.0 * scale) as u64).unwrap();
+                }
+                *t = reports::hdr::figures(&t.name, &h, 0);
+            }
+        })
+        .build()
+}
+
+#[test]
+fn compare_gates_fail_a_regression_pass_equal_runs_and_refuse_unknown_figures() {
+    let dir = Scratch::new("cli-gates");
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    reports::write_run(&a, &run_with_latencies("base", 1.0, 2000.0)).unwrap();
+    // 20 % slower, rush rate 1 % lower
+    reports::write_run(&b, &run_with_latencies("slow", 1.2, 1980.0)).unwrap();
+    let gates = |a: &std::path::Path, b: &std::path::Path, gates: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> =
+            vec!["compare".as_ref(), a.as_os_str(), b.as_os_str()];
+        for g in gates {
+            args.push("--fail-on".as_ref());
+            args.push(g.as_ref());
+        }
+        reports(&args)
+    };
+
+    let out = gates(&a, &b, &["booking_p99_ms=+10%", "rush_rate=-2%"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("- ")).collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with("- FAIL booking_p99_ms=+10%: A 198.015 ms, B 237.695 ms")
+            && lines[0].contains("change +20%"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("- PASS rush_rate=-2%: A 2,000 bookings/s, B 1,980"),
+        "{stdout}"
+    );
+    // the percentiles of both runs side by side
+    assert!(stdout.contains("### Latency percentiles, ms"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "| `booking` | A | 200 | 100.031 | 180.095 | 198.015 | 200.063 | 200.063 | HDR |"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "| `booking` | B | 200 | 120.063 | 216.063 | 237.695 | 240.127 | 240.127 | HDR |"
+        ),
+        "{stdout}"
+    );
+    // the allowance wide enough: it passes
+    let out = gates(&a, &b, &["booking_p99_ms=+25%", "checkout_max_ms=+50"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // two equal runs pass every gate, even a zero allowance
+    let out = gates(
+        &a,
+        &a,
+        &["booking_p99_ms=+0%", "rush_rate=-0%", "checkout_p50_ms=+0"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(stdout.matches("- PASS ").count(), 3, "{stdout}");
+
+    // an unknown figure: exit 2, the known ones listed, nothing judged
+    let out = gates(&a, &b, &["bookng_p99_ms=+10%"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no figure \"bookng_p99_ms\""), "{err}");
+    assert!(
+        err.contains("booking_p999_ms, booking_p99_ms, checkout_max_ms"),
+        "{err}"
+    );
+    assert!(err.contains("rush_rate"), "{err}");
+    assert!(out.stdout.is_empty());
+    // a gate without a sign: clap refuses it, exit 2
+    let out = gates(&a, &b, &["booking_p99_ms=10%"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a sign"));
+    // a figure only one run has
+    let c = dir.path().join("c");
+    let mut lacking = run_with_latencies("no-checkout", 1.0, 2000.0);
+    lacking.load.transactions.retain(|t| t.name != "checkout");
+    reports::write_run(&c, &lacking).unwrap();
+    let out = gates(&a, &c, &["checkout_p99_ms=+10%"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in run A but not in run B"), "{err}");
+}

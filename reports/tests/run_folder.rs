@@ -295,3 +295,88 @@ fn compares_two_runs() {
         "a regression is red"
     );
 }
+
+/// `(element, attributes)` of every start or empty tag of `xml`, parsed by
+/// quick-xml's reader, which refuses ill-formed XML.
+fn xml_tags(xml: &str) -> Vec<(String, Vec<(String, String)>)> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut out = Vec::new();
+    loop {
+        match reader.read_event().unwrap() {
+            Event::Eof => break,
+            Event::Start(e) | Event::Empty(e) => {
+                let attrs = e
+                    .attributes()
+                    .map(|a| {
+                        let a = a.unwrap();
+                        (
+                            String::from_utf8(a.key.as_ref().to_vec()).unwrap(),
+                            a.normalized_value(quick_xml::XmlVersion::Explicit1_0)
+                                .unwrap()
+                                .into_owned(),
+                        )
+                    })
+                    .collect();
+                out.push((
+                    String::from_utf8(e.name().as_ref().to_vec()).unwrap(),
+                    attrs,
+                ));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn attr<'a>(tag: &'a (String, Vec<(String, String)>), name: &str) -> &'a str {
+    tag.1
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {name} on {tag:?}"))
+}
+
+#[test]
+fn every_run_folder_gets_a_junit_file_naming_the_failed_verdicts() {
+    let dir = Scratch::new("junit");
+    let report = ReportBuilder::new()
+        .failing("booking_p99_ms", 120.5, "54000 bookings <slow> & \"late\"")
+        .build();
+    let w = write_run(dir.path(), &report).unwrap();
+    assert_eq!(w.junit, dir.path().join(reports::JUNIT_XML));
+    let xml = fs::read_to_string(&w.junit).unwrap();
+    common::xml::check(&xml).unwrap();
+    let tags = xml_tags(&xml);
+    let suite = tags.iter().find(|t| t.0 == "testsuite").unwrap();
+    assert_eq!(attr(suite, "tests"), report.invariants.len().to_string());
+    assert_eq!(attr(suite, "failures"), "1");
+    assert_eq!(attr(suite, "time"), "90.000");
+    let cases: Vec<&str> = tags
+        .iter()
+        .filter(|t| t.0 == "testcase")
+        .map(|t| attr(t, "name"))
+        .collect();
+    let names: Vec<&str> = report.invariants.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(cases, names);
+    let failures: Vec<_> = tags.iter().filter(|t| t.0 == "failure").collect();
+    assert_eq!(failures.len(), 1);
+    assert_eq!(
+        attr(failures[0], "message"),
+        "booking_p99_ms: 120.5 ms, bound ≤ 50 ms — 54000 bookings <slow> & \"late\""
+    );
+    // the failure sits in the failed verdict's case
+    let at = xml.find("<failure").unwrap();
+    let case = xml[..at].rfind("<testcase").unwrap();
+    assert!(xml[case..at].contains("name=\"booking_p99_ms\""));
+
+    // `reports render` writes it again from report.json
+    fs::remove_file(&w.junit).unwrap();
+    let again = render_dir(dir.path()).unwrap();
+    assert_eq!(fs::read_to_string(&again.junit).unwrap(), xml);
+    // a passing run's file has no failure
+    let ok = write_run(&dir.path().join("ok"), &ReportBuilder::new().build()).unwrap();
+    let xml = fs::read_to_string(&ok.junit).unwrap();
+    assert!(!xml.contains("<failure"), "{xml}");
+    assert!(xml.contains("failures=\"0\""));
+}

@@ -40,8 +40,10 @@ pub const REDIS_PROXY: &str = "redis";
 /// The `gateway_link` proxy's name.
 pub const GATEWAY_PROXY: &str = "gateway";
 /// How long an instance stopped with SIGTERM may take to exit before it is
-/// killed.
-pub const TERM_MAX: Duration = Duration::from_secs(5);
+/// killed: its drain notice (`processes::FLEET_DRAIN_NOTICE`), its requests
+/// in flight, and its worker's receive in progress (a long poll of up to
+/// `booking_server::run::WORKER_WAIT`, 5 s), with slack.
+pub const TERM_MAX: Duration = Duration::from_secs(10);
 /// Counters of `/metrics` summed over the fleet as a fault's reactions:
 /// `(reaction, metric)`.
 pub const REACTIONS: &[(&str, &str)] = &[

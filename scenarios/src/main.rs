@@ -23,6 +23,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: service_main::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -209,16 +211,12 @@ impl RehearseArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // goose warns once per failed request: a killed instance's
-                // connection errors are counted in the report instead
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,goose::goose=error")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // goose warns once per failed request: a killed instance's connection
+    // errors are counted in the report instead
+    if let Err(e) = service_main::init_logging(cli.log.log_format, "warn,goose::goose=error") {
+        eprintln!("error: logging: {e}");
+        return ExitCode::from(2);
+    }
     match run(cli) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

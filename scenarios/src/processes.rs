@@ -297,6 +297,13 @@ struct Proc {
     starts: u32,
 }
 
+/// The drain notice of the fleet's instances (`booking serve
+/// --drain-notice-ms`): the load's balancer marks an instance down at its
+/// first `503 draining` (or refused connection), so the notice a load
+/// balancer polling `/readyz` needs (`booking_server::run::DRAIN_NOTICE`)
+/// would only delay the restart a schedule asked for.
+pub const FLEET_DRAIN_NOTICE: Duration = Duration::from_millis(250);
+
 impl Proc {
     fn failed(&self, why: impl Into<String>) -> ProcessError {
         ProcessError::Instance {
@@ -318,6 +325,8 @@ impl Proc {
         cmd.arg("serve")
             .arg("--config")
             .arg(&self.config)
+            .arg("--drain-notice-ms")
+            .arg(FLEET_DRAIN_NOTICE.as_millis().to_string())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

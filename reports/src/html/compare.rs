@@ -2,6 +2,7 @@
 //! by side with the trend of each, and the charts of both runs on one axis.
 
 use super::*;
+use crate::compare::{Better, FigureDelta, PERCENTILES, TransactionPercentiles};
 
 /// Colour for a delta cell.
 fn trend_class(t: Trend) -> &'static str {
@@ -46,6 +47,62 @@ pub fn comparison_charts(a: &Report, b: &Report) -> Vec<(String, String)> {
             (title.to_owned(), c.to_svg())
         })
         .collect()
+}
+
+/// Each transaction both runs measured: its percentiles in A and B (from
+/// their HDR histograms) and the change, coloured by its trend.
+fn percentiles_table(out: &mut String, rows: &[TransactionPercentiles]) {
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        r#"<section><h2>Latency percentiles, ms</h2><p class="muted">Read from each run's HDR histogram (<em>written</em>: an older report without one, its written figures).</p><table><thead><tr><th>Transaction</th><th>Run</th><th class="num">Count</th>"#,
+    );
+    for (_, label) in PERCENTILES {
+        let _ = write!(out, r#"<th class="num">{}</th>"#, escape(label));
+    }
+    out.push_str("<th>Source</th></tr></thead><tbody>");
+    for t in rows {
+        for (run, p) in [("A", &t.a), ("B", &t.b)] {
+            let _ = write!(
+                out,
+                r#"<tr><td><code>{}</code></td><td>{run}</td><td class="num">{}</td>"#,
+                escape(&t.name),
+                escape(&fmt_int(p.count))
+            );
+            for v in p.values {
+                let _ = write!(out, r#"<td class="num">{}</td>"#, escape(&fmt_num(v)));
+            }
+            let _ = write!(out, "<td>{}</td></tr>", crate::markdown::source(p));
+        }
+        let _ = write!(
+            out,
+            r#"<tr><td><code>{}</code></td><td>Δ %</td><td class="num muted">{}</td>"#,
+            escape(&t.name),
+            escape(&crate::markdown::change_pct(
+                t.a.count as f64,
+                t.b.count as f64
+            ))
+        );
+        for (a, b) in t.a.values.iter().zip(t.b.values) {
+            let trend = FigureDelta {
+                name: String::new(),
+                unit: String::new(),
+                a: *a,
+                b,
+                better: Better::Lower,
+            }
+            .trend();
+            let _ = write!(
+                out,
+                r#"<td class="num {}">{}</td>"#,
+                trend_class(trend),
+                escape(&crate::markdown::change_pct(*a, b))
+            );
+        }
+        out.push_str("<td></td></tr>");
+    }
+    out.push_str("</tbody></table></section>");
 }
 
 /// The comparison page: both runs side by side with deltas and overlaid plots.
@@ -106,6 +163,8 @@ pub fn render_comparison(a: &Report, b: &Report, c: &Comparison) -> String {
         );
     }
     out.push_str("</tbody></table></section>");
+
+    percentiles_table(&mut out, &c.percentiles);
 
     out.push_str(
         r#"<section><h2>Invariants</h2><table><thead><tr><th>Invariant</th><th>A</th><th>B</th><th class="num">Figure A</th><th class="num">Figure B</th></tr></thead><tbody>"#,

@@ -1,13 +1,17 @@
-//! The load's view of the booking instances as a load balancer with health
-//! checks has it: a request to an instance marked down goes to the next
-//! live one; a connection error (refused, or the connection dropped before
-//! an answer: the instance died) marks its instance down and the request is
-//! sent again to a live one; a probe of `GET /healthz` every
-//! [`PROBE_EVERY`] brings a down instance back once it answers.
+//! The load's view of the booking instances as a load balancer with
+//! readiness checks has it: a request to an instance marked down goes to the
+//! next live one; a connection error (refused, or the connection dropped
+//! before an answer: the instance died) or a `503 draining` (the instance
+//! is stopping on SIGTERM and did nothing: [`is_draining`]) marks its
+//! instance down and the request is sent again to a live one; a probe of
+//! `GET /readyz` every [`PROBE_EVERY`] brings a down instance back once it
+//! answers 200 (a draining instance's `/healthz` still answers 200; its
+//! `/readyz` does not).
 //!
-//! Connection errors are counted apart from server errors, with the moment
-//! each was seen ([`super::LiveStats::connection_error`]), so a rehearsal
-//! that kills instances can tell the errors its kills caused from any other.
+//! Connection errors (and draining refusals with them) are counted apart
+//! from server errors, with the moment each was seen
+//! ([`super::LiveStats::connection_error`]), so a rehearsal that kills or
+//! stops instances can tell the errors its faults caused from any other.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -119,15 +123,34 @@ pub fn is_connection_error(e: &goose_reqwest::Error) -> bool {
     false
 }
 
+/// Whether an answer is an instance's refusal while it drains (`503` with
+/// the error code `draining`, `booking_api::drain`): nothing was done, and
+/// the instance is on its way out.
+pub fn is_draining(status: u16, body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Error<'a> {
+        #[serde(borrow)]
+        error: Option<std::borrow::Cow<'a, str>>,
+    }
+    status == 503
+        && serde_json::from_slice::<Error<'_>>(body)
+            .ok()
+            .and_then(|e| e.error)
+            .is_some_and(|code| code == booking_api::drain::DRAINING)
+}
+
+/// The readiness route probed: 200 only while an instance takes traffic.
+pub const PROBE_PATH: &str = "/readyz";
+
 /// Probes the instances marked down every [`PROBE_EVERY`] and marks each up
-/// once its `GET /healthz` answers 200. Runs until dropped.
+/// once its `GET /readyz` ([`PROBE_PATH`]) answers 200. Runs until dropped.
 pub async fn health_checks(balancer: std::sync::Arc<Balancer>, client: goose_reqwest::Client) {
     let mut tick = tokio::time::interval(PROBE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         for i in balancer.down_now() {
-            let url = format!("{}/healthz", balancer.bases[i]);
+            let url = format!("{}{PROBE_PATH}", balancer.bases[i]);
             let answered = client
                 .get(&url)
                 .timeout(PROBE_TIMEOUT)
@@ -168,6 +191,21 @@ mod tests {
             "a port prefix is not a match"
         );
         assert_eq!(b.instance_of("http://gw/checkout/1"), None);
+    }
+
+    #[tokio::test]
+    async fn a_draining_refusal_is_told_from_a_busy_one() {
+        // the booking system's own refusal, as it goes on the wire
+        let refusal = booking_api::drain::refusal();
+        let status = refusal.status().as_u16();
+        let body = axum::body::to_bytes(refusal.into_body(), 4096)
+            .await
+            .unwrap();
+        assert!(is_draining(status, &body));
+        assert!(!is_draining(503, br#"{"error":"busy","message":"x"}"#));
+        assert!(!is_draining(500, br#"{"error":"draining"}"#));
+        assert!(!is_draining(503, b"draining"));
+        assert!(!is_draining(503, b""));
     }
 
     /// A listener that answers each connection with `reply` (then closes).

@@ -83,7 +83,9 @@ struct Answer {
     body: Vec<u8>,
     metric: Option<GooseRequestMetric>,
     /// The request failed to connect, or its connection dropped before an
-    /// answer.
+    /// answer; or the instance refused it because it is leaving (`503
+    /// draining`, [`balancer::is_draining`]): to a load balancer, both mean
+    /// the instance is gone and the request goes to another.
     connection_error: bool,
 }
 
@@ -242,12 +244,12 @@ impl Engine {
                         let retry_after = header("retry-after");
                         match tokio::time::timeout_at(self.stop_at, response.bytes()).await {
                             Ok(Ok(body)) => Answer {
+                                connection_error: balancer::is_draining(status, &body),
                                 status: Some(status),
                                 location,
                                 retry_after,
                                 body: body.to_vec(),
                                 metric: Some(goose.request),
-                                connection_error: false,
                             },
                             // the body cut short: the connection dropped
                             Ok(Err(e)) => Answer {
@@ -318,7 +320,8 @@ impl Engine {
                 tracing::info!(
                     instance = i,
                     request = name,
-                    "connection error: instance marked down"
+                    status = answer.status,
+                    "connection error or draining: instance marked down"
                 );
             }
             last = Some(answer);

@@ -34,6 +34,7 @@
 //! | 409 | `error: "already_paid"` | the candidate has paid for a seat already |
 //! | 413 | `error: "payload_too_large"` | a body over [`BODY_BYTES_MAX`] |
 //! | 503 | `error: "busy"` / `"deadline_exceeded"`, `Retry-After` | the gateway, the ledger or the queue failed, or the deadline passed; nothing is held |
+//! | 503 | `error: "draining"`, `Retry-After`, `Connection: close` | the instance is shutting down ([`crate::drain`]); nothing was done: retry on another instance |
 //!
 //! # The invoice number
 //!
@@ -58,6 +59,7 @@ use tokio::time::Instant;
 
 use crate::Stack;
 use crate::answers::{self, busy};
+use crate::drain::Drain;
 pub use crate::info::Health;
 use crate::info::{healthz, metrics, openapi_json, status_json};
 use crate::metrics::ApiMetrics;
@@ -75,6 +77,8 @@ pub use booking_service::admission::UNDO_RESERVE;
 pub struct ApiState {
     /// The counters behind `/metrics`.
     pub metrics: ApiMetrics,
+    /// Whether this instance is draining ([`crate::drain`]).
+    pub drain: Drain,
     status: Arc<StatusPoker>,
     instance: String,
 }
@@ -90,6 +94,7 @@ impl ApiState {
     pub fn new() -> ApiState {
         ApiState {
             metrics: ApiMetrics::new(),
+            drain: Drain::default(),
             status: Arc::new(StatusPoker::default()),
             instance: format!("api-{:016x}", rand::random::<u64>()),
         }
@@ -106,7 +111,9 @@ pub fn routes_with(state: Arc<ApiState>) -> Router<Arc<Stack>> {
     Router::new()
         .route("/bookings", post(create_booking))
         .route("/status.json", get(status_json))
+        .route("/status", get(crate::status_page::status_page))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(crate::drain::readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi_json))
         .layer(Extension(state))
@@ -303,6 +310,10 @@ async fn create_booking(
     Extension(api): Extension<Arc<ApiState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if api.drain.is_draining() {
+        api.metrics.outcome(crate::drain::DRAINING);
+        return crate::drain::refusal();
+    }
     let started = Instant::now();
     let (candidate, level) = match parse_request(body) {
         Ok(parsed) => parsed,

@@ -4,7 +4,12 @@
 //!   `booking_service`).
 //! - [`bookings`]: `POST /bookings`, the request path (admit → create payment →
 //!   keep the copy → enqueue → respond; undo before answering on failure), plus
-//!   `GET /status.json`, `/healthz`, `/metrics`, `/openapi.json`.
+//!   `GET /status.json`, `/healthz`, `/readyz`, `/metrics`, `/openapi.json`.
+//! - [`status_page`]: `GET /status`, the static page that shows
+//!   `status.json` (also uploaded beside it on S3), and its rule
+//!   ([`status_page::shown`]).
+//! - [`drain`]: draining on the way out (SIGTERM): `POST /bookings` refused
+//!   with `503` + `Retry-After`, `/readyz` `503`.
 //! - [`confirm_paths`]: `GET /payment/callback` (confirm path 1) and
 //!   `POST /payment/webhook` (confirm path 2, SNS-verified), the HTTP mapping
 //!   of `booking_service::callback` and `booking_service::webhook`.
@@ -15,11 +20,13 @@ pub mod answers;
 pub mod bookings;
 pub mod confirm_paths;
 pub mod deadline;
+pub mod drain;
 pub mod info;
 pub mod metrics;
 pub mod openapi;
 pub mod sns_delivery;
 pub mod stack;
+pub mod status_page;
 pub mod status_poker;
 
 use std::sync::Arc;

@@ -6,10 +6,12 @@
 use serde_json::{Value, json};
 
 /// Every path the API serves.
-pub const PATHS: [&str; 7] = [
+pub const PATHS: [&str; 9] = [
     "/bookings",
     "/status.json",
+    "/status",
     "/healthz",
+    "/readyz",
     "/metrics",
     "/openapi.json",
     "/payment/callback",
@@ -84,7 +86,7 @@ pub fn document() -> Value {
                         "404": error_response("unknown_level: the sale has no such level."),
                         "409": error_response("level_full, sale_closed or already_paid."),
                         "413": error_response("payload_too_large: the body is over 16 KiB."),
-                        "503": busy_response("busy or deadline_exceeded: nothing is held; retry after Retry-After seconds.")
+                        "503": busy_response("busy or deadline_exceeded: nothing is held; retry after Retry-After seconds. draining: the instance is shutting down, nothing was done; retry on another instance.")
                     }
                 }
             },
@@ -101,6 +103,19 @@ pub fn document() -> Value {
                     }
                 }
             },
+            "/status": {
+                "get": {
+                    "operationId": "getStatusPage",
+                    "summary": "The status page: a static HTML page that reads status.json beside it every 2 s.",
+                    "description": "Shows the sale (open, closed, not yet open) and each level's seats left. \
+                        The counts decide as well as the flags: a level with every seat taken shows full \
+                        even if the document says open; a document older than 10 s shows stale with its age. \
+                        `booking provision` uploads the same page beside status.json on S3.",
+                    "responses": {
+                        "200": html_response("The page.")
+                    }
+                }
+            },
             "/healthz": {
                 "get": {
                     "operationId": "getHealth",
@@ -109,6 +124,23 @@ pub fn document() -> Value {
                         "200": {
                             "description": "Up.",
                             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}
+                        }
+                    }
+                }
+            },
+            "/readyz": {
+                "get": {
+                    "operationId": "getReadiness",
+                    "summary": "Whether the instance takes traffic (touches no backend): 503 once it drains on its way out (SIGTERM), while /healthz stays 200.",
+                    "responses": {
+                        "200": {
+                            "description": "Ready.",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}}
+                        },
+                        "503": {
+                            "description": "Draining: send traffic elsewhere.",
+                            "headers": {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}},
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}}
                         }
                     }
                 }
@@ -239,9 +271,17 @@ pub fn document() -> Value {
                     "properties": {
                         "error": {
                             "type": "string",
-                            "description": "level_full, sale_closed, not_eligible, unknown_level, already_paid, busy, deadline_exceeded, bad_request, payload_too_large, or a confirm path's code."
+                            "description": "level_full, sale_closed, not_eligible, unknown_level, already_paid, busy, deadline_exceeded, draining, bad_request, payload_too_large, or a confirm path's code."
                         },
                         "message": {"type": "string"}
+                    }
+                },
+                "Readiness": {
+                    "type": "object",
+                    "required": ["ready", "status"],
+                    "properties": {
+                        "ready": {"type": "boolean"},
+                        "status": {"type": "string", "enum": ["ready", "draining"]}
                     }
                 },
                 "Health": {

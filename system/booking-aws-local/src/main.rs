@@ -1,6 +1,8 @@
 //! `aws-local`: the local AWS-protocol servers for a rehearsal by hand.
 //! Prints the environment that points the SDK at them, then serves until
-//! Ctrl-C.
+//! SIGTERM or Ctrl-C, and exits 0 after stopping its child servers (fauxqs
+//! or moto: dropped with [`booking_aws_local::LocalAws`]). `--log-format
+//! text|json` as every service binary.
 //!
 //! ```sh
 //! cargo run -p booking-aws-local -- --ttl-lag-ms 3600 > /tmp/aws-local.env &
@@ -16,13 +18,7 @@ use anyhow::Context;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let mut log_format = service_main::LogFormat::Text;
     let mut lag = booking_aws_local::TTL_LAG_DEFAULT;
     let mut count_to: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);
@@ -36,18 +32,28 @@ async fn main() -> anyhow::Result<()> {
                     .context("--ttl-lag-ms: a whole number of ms")?;
                 lag = Duration::from_millis(ms);
             }
+            "--log-format" => {
+                let v = args.next().context("--log-format needs text or json")?;
+                log_format = match v.as_str() {
+                    "text" => service_main::LogFormat::Text,
+                    "json" => service_main::LogFormat::Json,
+                    _ => anyhow::bail!("--log-format: text or json, not {v:?}"),
+                };
+            }
             "--count" => {
                 count_to = Some(args.next().context("--count needs a file")?.into());
             }
             "-h" | "--help" => {
                 println!(
-                    "aws-local [--ttl-lag-ms MS] [--count FILE]: DynamoDB+Streams (dynoxide, in process), SQS (fauxqs, else a moto of its own; SELLOUT_LOCAL_SQS=fauxqs|moto|shared-moto) and S3 (moto) on loopback; prints the environment to use them. --count: every call counted by service and operation in fronts before the servers, written to FILE (JSON) every second and at the end"
+                    "aws-local [--ttl-lag-ms MS] [--count FILE] [--log-format text|json]: DynamoDB+Streams (dynoxide, in process), SQS (fauxqs, else a moto of its own; SELLOUT_LOCAL_SQS=fauxqs|moto|shared-moto) and S3 (moto) on loopback; prints the environment to use them. --count: every call counted by service and operation in fronts before the servers, written to FILE (JSON) every second and at the end"
                 );
                 return Ok(());
             }
             other => anyhow::bail!("unknown argument {other:?} (try --help)"),
         }
     }
+    service_main::init_logging(log_format, "warn")
+        .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
     let local = booking_aws_local::LocalAws::start_with(lag)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -94,12 +100,11 @@ async fn main() -> anyhow::Result<()> {
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))
     };
     let mut every = tokio::time::interval(Duration::from_secs(1));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("waiting for SIGTERM")?;
+    let stop = service_main::stop_signal();
+    tokio::pin!(stop);
     loop {
         tokio::select! {
-            r = tokio::signal::ctrl_c() => { r.context("waiting for Ctrl-C")?; break; }
-            _ = term.recv() => break,
+            () = &mut stop => break,
             _ = every.tick() => {
                 if let Some(path) = &count_to {
                     write(path)?;
@@ -111,5 +116,8 @@ async fn main() -> anyhow::Result<()> {
         write(path)?;
     }
     drop(fronts);
+    // the child servers stop here (killed and waited for), before exit 0
+    drop(local);
+    tracing::info!("aws-local stopped");
     Ok(())
 }

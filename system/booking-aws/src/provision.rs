@@ -13,7 +13,8 @@
 //!   deduplication IDs, redrive to its FIFO dead-letter queue after the
 //!   settings' receives (5);
 //! - the stream mappings' on-failure queue (standard);
-//! - the status bucket.
+//! - the status bucket; and, with [`status_page`] (which `booking provision`
+//!   calls after [`provision`]), the status page beside the status document.
 //!
 //! What cannot be brought to the design without losing data (another key
 //! schema, another stream view, a standard queue under the FIFO name) is
@@ -835,9 +836,92 @@ async fn bucket(
     }
 }
 
+/// The status page's `Cache-Control`: the status document's habit
+/// ([`crate::status::STATUS_CACHE_CONTROL`]: browsers revalidate, a CDN keeps
+/// a short copy), with longer times since the page only changes with a
+/// release.
+pub const STATUS_PAGE_CACHE_CONTROL: &str = "public, max-age=60, s-maxage=60, must-revalidate";
+
+/// The status page's key: `status.html` in the status document's folder
+/// (`status.json` → `status.html`, `sales/launch/status.json` →
+/// `sales/launch/status.html`), so the page's relative `status.json` is
+/// the document.
+pub fn status_page_key(status_key: &str) -> String {
+    match status_key.rsplit_once('/') {
+        Some((folder, _)) => format!("{folder}/status.html"),
+        None => "status.html".to_owned(),
+    }
+}
+
+/// Uploads the status page (`html`, `content_type`) beside the status
+/// document ([`status_page_key`]) with [`STATUS_PAGE_CACHE_CONTROL`], unless
+/// the object there already has these bytes and headers; reports it as the
+/// `status page` step of the bucket.
+pub async fn status_page(
+    clients: &Clients,
+    resources: &Resources,
+    html: &[u8],
+    content_type: &str,
+    report: &mut ProvisionReport,
+) -> Result<(), ProvisionError> {
+    let s3 = &clients.s3;
+    let key = status_page_key(&resources.status_key);
+    let bucket = &resources.bucket;
+    let existing = match s3.get_object().bucket(bucket).key(&key).send().await {
+        Ok(out) => {
+            let same_headers = out.content_type() == Some(content_type)
+                && out.cache_control() == Some(STATUS_PAGE_CACHE_CONTROL);
+            let body = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| ProvisionError::Service {
+                    what: "GetObject".into(),
+                    why: e.to_string(),
+                })?
+                .into_bytes();
+            Some(same_headers && body.as_ref() == html)
+        }
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => None,
+        Err(e) => return Err(service("GetObject")(Failure::of(&e))),
+    };
+    let detail = format!("{key}, {} bytes, {content_type}", html.len());
+    if existing == Some(true) {
+        report.push(bucket, "status page", StepState::Unchanged, detail);
+        return Ok(());
+    }
+    s3.put_object()
+        .bucket(bucket)
+        .key(&key)
+        .content_type(content_type)
+        .cache_control(STATUS_PAGE_CACHE_CONTROL)
+        .body(aws_sdk_s3::primitives::ByteStream::from(html.to_vec()))
+        .send()
+        .await
+        .map_err(|e| service("PutObject")(Failure::of(&e)))?;
+    tracing::info!(%bucket, %key, bytes = html.len(), "status page uploaded");
+    let state = if existing.is_some() {
+        StepState::Updated
+    } else {
+        StepState::Created
+    };
+    report.push(bucket, "status page", state, detail);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_page_sits_beside_the_status_document() {
+        assert_eq!(status_page_key("status.json"), "status.html");
+        assert_eq!(
+            status_page_key("sales/launch/status.json"),
+            "sales/launch/status.html"
+        );
+        assert_eq!(status_page_key("a/b/doc"), "a/b/status.html");
+    }
 
     fn options() -> ProvisionOptions {
         ProvisionOptions::from_settings(&Settings::default(), false)

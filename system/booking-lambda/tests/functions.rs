@@ -421,7 +421,10 @@ fn the_expiry_binary_answers_a_local_event_file_and_refuses_a_malformed_one() {
     let out = run_local(bin, &bad);
     std::fs::remove_file(&bad).ok();
     assert!(!out.status.success());
-    assert!(out.stdout.is_empty(), "no answer is printed for a malformed event");
+    assert!(
+        out.stdout.is_empty(),
+        "no answer is printed for a malformed event"
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not a DynamoDB stream event"),
         "{}",
@@ -437,7 +440,12 @@ fn a_function_takes_no_arguments_but_an_event_file() {
         args(&["--event", "e.json"]).unwrap(),
         Some(std::path::PathBuf::from("e.json"))
     );
-    for bad in [&["--event"][..], &["e.json"], &["--event", "a", "b"], &["--events", "a"]] {
+    for bad in [
+        &["--event"][..],
+        &["e.json"],
+        &["--event", "a", "b"],
+        &["--events", "a"],
+    ] {
         assert!(args(bad).is_err(), "{bad:?}");
     }
 }

@@ -205,7 +205,8 @@ pub async fn redis_persistence(config: &ServerConfig) -> Result<RedisProvisioned
 }
 
 /// `booking provision`: on AWS, the resources of `config` made or brought
-/// to the design; on both shared stacks, the Redis server's persistence
+/// to the design and the status page (`GET /status`'s) uploaded beside
+/// `status.json`; on both shared stacks, the Redis server's persistence
 /// checked (the seat ledger lives there) and the
 /// back office migrated. Idempotent.
 pub async fn provision(
@@ -249,7 +250,16 @@ pub async fn provision(
         receives_max: config.effective_settings().receives_max,
         allow_unsupported: allow_unsupported || aws.allow_unsupported_settings,
     };
-    let report = booking_aws::provision(&clients, &resources, &options).await?;
+    let mut report = booking_aws::provision(&clients, &resources, &options).await?;
+    // the status page beside status.json, which it reads
+    booking_aws::provision::status_page(
+        &clients,
+        &resources,
+        booking_api::status_page::STATUS_PAGE.as_bytes(),
+        booking_api::status_page::STATUS_PAGE_CONTENT_TYPE,
+        &mut report,
+    )
+    .await?;
     Ok(Provisioned {
         aws: Some(report),
         redis: Some(redis),

@@ -2,13 +2,15 @@
 //! subcommand is an ops step sent to a running instance's `/ops/` routes.
 //!
 //! ```text
-//! booking serve [--config FILE] [flags]
+//! booking serve [--config FILE] [flags] [--drain-notice-ms MS] [--drain-grace-ms MS]
 //! booking provision [--config FILE] [flags] [--allow-unsupported]   # AWS resources or Redis persistence check + back-office schema
 //! booking [--server URL] [--token T] reset
 //! booking [--server URL] load-candidates FILE   # one id or hash per line, or a JSON list; - for stdin
 //! booking [--server URL] open | close | status
 //! booking [--server URL] audit [--gateway URL]  # exit status 1 if an invariant failed
 //! ```
+//!
+//! Every subcommand takes `--log-format text|json` (`service_main`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -41,6 +43,9 @@ pub struct Cli {
         hide_env_values = true
     )]
     pub token: Option<String>,
+    /// The log lines' format.
+    #[command(flatten)]
+    pub log: service_main::LogArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -49,8 +54,16 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Run an instance: the API, the /ops/ routes and the background loops.
-    Serve(Box<ServeArgs>),
+    /// Run an instance: the API, the /ops/ routes and the background loops,
+    /// until SIGTERM or Ctrl-C; then drain ([`crate::run`]) and exit 0.
+    Serve {
+        /// The configuration.
+        #[command(flatten)]
+        args: Box<ServeArgs>,
+        /// How it drains on the way out.
+        #[command(flatten)]
+        drain: DrainArgs,
+    },
     /// Make (or bring to the design) every AWS table, index, queue and bucket
     /// of the configuration, and migrate the back office; idempotent. Run
     /// locally, with the same configuration as `serve`.
@@ -89,6 +102,28 @@ pub enum Command {
         #[command(subcommand)]
         action: EmailsAction,
     },
+}
+
+/// `booking serve`'s drain on SIGTERM ([`crate::run::Drain`]).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct DrainArgs {
+    /// After SIGTERM, how long the listener stays open refusing new sales
+    /// (503 + Retry-After) with /readyz 503, before it closes, ms.
+    #[arg(long, env = "SELLOUT_DRAIN_NOTICE_MS", default_value_t = crate::run::DRAIN_NOTICE.as_millis() as u64)]
+    pub drain_notice_ms: u64,
+    /// Then, how long the requests in flight get before they are cut off, ms.
+    #[arg(long, env = "SELLOUT_DRAIN_GRACE_MS", default_value_t = crate::run::DRAIN_GRACE.as_millis() as u64)]
+    pub drain_grace_ms: u64,
+}
+
+impl DrainArgs {
+    /// The drain these flags ask for.
+    pub fn drain(&self) -> crate::run::Drain {
+        crate::run::Drain {
+            notice: std::time::Duration::from_millis(self.drain_notice_ms),
+            grace: std::time::Duration::from_millis(self.drain_grace_ms),
+        }
+    }
 }
 
 /// `booking emails …`.
@@ -191,7 +226,7 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
     let base = cli.server.trim_end_matches('/');
     let http = reqwest::Client::new();
     let request = match &cli.command {
-        Command::Serve(_) | Command::Provision { .. } => bail!("not an ops step"),
+        Command::Serve { .. } | Command::Provision { .. } => bail!("not an ops step"),
         Command::Reset => http.post(format!("{base}/ops/reset")),
         Command::Open => http.post(format!("{base}/ops/open")),
         Command::Close => http.post(format!("{base}/ops/close")),

@@ -1,5 +1,6 @@
-//! `booking`: flags → config → tracing → build → serve until Ctrl-C; or an
-//! ops step against a running instance. See [`booking_server::cli`].
+//! `booking`: flags → tracing (`--log-format`) → config → build → serve
+//! until SIGTERM or Ctrl-C, then drain and exit 0 ([`booking_server::run`]);
+//! or an ops step against a running instance. See [`booking_server::cli`].
 
 use std::sync::Arc;
 
@@ -15,14 +16,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<std::process::ExitCode> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    service_main::init_logging(cli.log.log_format, "info")
+        .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
     if let Command::Provision {
         serve,
         allow_unsupported,
@@ -31,7 +27,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         booking_server::cli::run_provision(serve, *allow_unsupported).await?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    let Command::Serve(args) = &cli.command else {
+    let Command::Serve { args, drain } = &cli.command else {
         let ok = booking_server::cli::run_ops(&cli).await?;
         return Ok(if ok {
             std::process::ExitCode::SUCCESS
@@ -52,9 +48,12 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     )
     .await
     .context("building the stack")?;
-    booking_server::serve(Arc::new(server), listener, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
+    booking_server::run::serve_with(
+        Arc::new(server),
+        listener,
+        service_main::stop_signal(),
+        drain.drain(),
+    )
     .await?;
     Ok(std::process::ExitCode::SUCCESS)
 }

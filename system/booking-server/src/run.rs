@@ -30,15 +30,29 @@
 //! ([`crate::faults_routes`]); every loop above uses the stack's wrapped
 //! ports ([`crate::armed`]).
 //!
-//! Everything stops when `shutdown` completes: the server stops accepting
-//! and finishes its requests, each loop finishes what it is doing (bounded),
-//! and `serve` returns after all have ended, or after [`SHUTDOWN_GRACE`].
+//! Everything stops when `shutdown` completes (`booking serve`: SIGTERM or
+//! Ctrl-C), in this order ([`serve_with`], [`Drain`]):
+//!
+//! 1. draining at once: `POST /bookings` answers `503 draining` with
+//!    `Retry-After` (nothing done: the client or load balancer retries on
+//!    another instance) and `GET /readyz` answers `503`
+//!    ([`booking_api::drain`]);
+//! 2. for [`Drain::notice`] the listener stays open, so the load balancer
+//!    sees `/readyz` fail and clients hear the 503 rather than a refused
+//!    connection;
+//! 3. the listener closes and the requests in flight finish, for at most
+//!    [`Drain::grace`] (cut off after that);
+//! 4. the loops stop: the worker hands back the messages it has not started
+//!    (visibility zero), the reconciler releases its lock (owner-checked)
+//!    so another instance leads at its next sweep, each loop finishing what
+//!    it is doing (bounded), all within [`SHUTDOWN_GRACE`];
+//! 5. `serve` returns, and `booking serve` exits 0.
 //!
 //! [`TtlService`]: crate::build::TtlService
 //! [`LeasedMapping`]: booking_streams::LeasedMapping
 //! [`StatusWriter::poke`]: booking::StatusWriter::poke
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,32 +84,108 @@ pub const EXPIRY_WAIT: Duration = Duration::from_secs(1);
 pub const METRICS_EVERY: Duration = Duration::from_secs(1);
 /// How long the loops get to stop after the server has.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(60);
+/// `booking serve`'s [`Drain::notice`] unless `--drain-notice-ms` says
+/// otherwise: a little over a load balancer's readiness check interval
+/// (Kubernetes' default probe period is 10 s; set it to yours).
+pub const DRAIN_NOTICE: Duration = Duration::from_secs(5);
+/// `booking serve`'s [`Drain::grace`] unless `--drain-grace-ms` says
+/// otherwise: twice the longest request (the 8 s request deadline) plus
+/// slack. An orchestrator's kill timeout (`terminationGracePeriodSeconds`)
+/// should cover notice + grace + a worker long poll ([`WORKER_WAIT`]).
+pub const DRAIN_GRACE: Duration = Duration::from_secs(20);
 
-/// The API, the ops routes and every background loop, until `shutdown`.
+/// How an instance drains on its way out (see the module's steps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drain {
+    /// How long the listener stays open after the stop, refusing new sales
+    /// with `503` and failing `/readyz`, before it closes.
+    pub notice: Duration,
+    /// How long the requests in flight get once the listener is closed.
+    pub grace: Duration,
+}
+
+impl Drain {
+    /// `booking serve`'s: [`DRAIN_NOTICE`], [`DRAIN_GRACE`].
+    pub const PRODUCTION: Drain = Drain {
+        notice: DRAIN_NOTICE,
+        grace: DRAIN_GRACE,
+    };
+    /// No notice (the listener closes at once), [`DRAIN_GRACE`]: [`serve`]'s,
+    /// for in-process instances with no load balancer in front.
+    pub const IMMEDIATE: Drain = Drain {
+        notice: Duration::ZERO,
+        grace: DRAIN_GRACE,
+    };
+}
+
+/// The API, the ops routes and every background loop, until `shutdown`;
+/// then drains with [`Drain::IMMEDIATE`].
 pub async fn serve(
     server: Arc<Server>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(server, listener, shutdown, Drain::IMMEDIATE).await
+}
+
+/// [`serve`], draining as `drain` says once `shutdown` completes (the
+/// module's steps).
+pub async fn serve_with(
+    server: Arc<Server>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Drain,
+) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stop_tx = Arc::new(stop_tx);
     let api = Arc::new(ApiState::new());
     let mut loops = spawn_loops(&server, &api, stop_rx);
-    let app = booking_api::router_with(server.stack.clone(), api)
+    let app = booking_api::router_with(server.stack.clone(), api.clone())
         .merge(crate::admin::routes(server.clone()))
         .merge(crate::faults_routes::routes(server.clone()));
     // armed: the fired faults' counter on /metrics (nothing added otherwise)
     let app = crate::faults_routes::with_metrics(app, &server);
     let addr = listener.local_addr()?;
     tracing::info!(%addr, sale = %server.stack.sale, instance = %server.instance, "booking server listening");
-    let stop = stop_tx.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down");
-            let _ = stop.send(true);
-        })
-        .await;
+    // when the listener closed (step 3): the grace runs from then
+    let (closed_tx, mut closed_rx) = watch::channel(None::<tokio::time::Instant>);
+    let draining = api.clone();
+    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        draining.drain.start();
+        tracing::info!(
+            notice_ms = drain.notice.as_millis() as u64,
+            "draining: POST /bookings refused (503, Retry-After), /readyz 503"
+        );
+        tokio::time::sleep(drain.notice).await;
+        tracing::info!(
+            grace_ms = drain.grace.as_millis() as u64,
+            "listener closed; finishing the requests in flight"
+        );
+        let _ = closed_tx.send(Some(tokio::time::Instant::now()));
+    });
+    let cut_off = async {
+        let closed = loop {
+            if let Some(at) = *closed_rx.borrow_and_update() {
+                break at;
+            }
+            if closed_rx.changed().await.is_err() {
+                // the server ended on its own (an error): nothing to bound
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::time::sleep_until(closed + drain.grace).await;
+    };
+    let served = tokio::select! {
+        served = served.into_future() => served,
+        () = cut_off => {
+            tracing::warn!(
+                grace_ms = drain.grace.as_millis() as u64,
+                "requests still in flight after the drain grace: cut off"
+            );
+            Ok(())
+        }
+    };
+    tracing::info!("server stopped; stopping the background loops");
     let _ = stop_tx.send(true);
     let joined = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while let Some(done) = loops.join_next().await {

@@ -58,6 +58,18 @@
 //! time, the next receive starts as soon as one comes back with messages,
 //! and takes everything that arrived meanwhile, so receives carry more
 //! messages each as the rate rises instead of every poller taking one.
+//!
+//! On shutdown ([`Worker::run`]'s signal) the worker hands back what it
+//! holds and has not started: no new receive starts; a receive in progress
+//! is let finish (its long poll bounds it: a receive cancelled half-way
+//! would leave its messages hidden for a whole visibility timeout) and its
+//! messages go back at once; in a batch being handled, the messages already
+//! in hand finish and the rest go back ([`Outcome::HandedBack`]). Going back
+//! is a visibility change to zero, in one batch call once every poller has
+//! stopped receiving (earlier, a sibling's long poll still in progress would
+//! receive the message again, each receive counting towards the dead-letter
+//! queue's limit), so another instance's worker receives them straight away
+//! instead of after the timeout.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -168,6 +180,9 @@ pub enum Outcome {
     /// visibility ran out and it may have been received again), so the
     /// message belongs to its latest receive, not to this one.
     Lost,
+    /// Not handled: the worker was stopping, so the message was made
+    /// visible again at once (visibility zero) for another worker.
+    HandedBack,
 }
 
 impl Outcome {
@@ -347,7 +362,13 @@ pub struct WorkerStats {
     /// Messages not handled because their receipt was refused
     /// ([`Outcome::Lost`]).
     pub lost: AtomicU64,
+    /// Messages handed back unhandled on shutdown ([`Outcome::HandedBack`]).
+    pub handed_back: AtomicU64,
 }
+
+/// How much longer than a long poll a message received while stopping is
+/// kept hidden ([`Worker::run`] hands it back before then).
+pub const STOP_HIDE_SLACK: Duration = Duration::from_secs(1);
 
 /// A snapshot of [`WorkerStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -369,6 +390,7 @@ pub struct WorkerCounts {
     pub dead_letters: u64,
     pub visibility_extended: u64,
     pub lost: u64,
+    pub handed_back: u64,
 }
 
 impl WorkerStats {
@@ -391,6 +413,7 @@ impl WorkerStats {
             dead_letters: g(&self.dead_letters),
             visibility_extended: g(&self.visibility_extended),
             lost: g(&self.lost),
+            handed_back: g(&self.handed_back),
         }
     }
 
@@ -405,6 +428,7 @@ impl WorkerStats {
             Outcome::Ambiguous | Outcome::LeftForRetry(_) => &self.left,
             Outcome::Poison(_) => &self.poison,
             Outcome::Lost => &self.lost,
+            Outcome::HandedBack => &self.handed_back,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -462,6 +486,11 @@ pub struct Worker {
     receive_turns: Option<Semaphore>,
     /// When a poller last looked at the dead-letter queue.
     last_dead_letter_check: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// On the stop, what [`Worker::run`]'s pollers will hand back once every
+    /// one of them has finished receiving: handed back earlier, a message
+    /// would be received again by a sibling's long poll still in progress,
+    /// each receive counting towards the dead-letter queue's limit.
+    stop_hand_back: std::sync::Mutex<Vec<ReceiptHandle>>,
 }
 
 impl Worker {
@@ -484,6 +513,7 @@ impl Worker {
             stats: WorkerStats::default(),
             receive_turns,
             last_dead_letter_check: std::sync::Mutex::new(None),
+            stop_hand_back: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -669,6 +699,36 @@ impl Worker {
     /// as a queue error and the message is handled anyway. The outcomes come
     /// back in the batch's order.
     pub async fn process_batch(&self, batch: &[Received], received_at: Instant) -> Vec<Outcome> {
+        self.process_batch_until(batch, received_at, None).await
+    }
+
+    /// [`Worker::process_batch`], stopping at `shutdown`: once it says stop,
+    /// the messages already in hand finish and every message not started
+    /// yet is handed back ([`Outcome::HandedBack`]: visibility zero, all in
+    /// one batch call after the others are done).
+    pub async fn process_batch_until(
+        &self,
+        batch: &[Received],
+        received_at: Instant,
+        shutdown: Option<&Shutdown>,
+    ) -> Vec<Outcome> {
+        let (outcomes, back) = self
+            .process_batch_deferring(batch, received_at, shutdown)
+            .await;
+        self.hand_back(&back).await;
+        outcomes
+    }
+
+    /// [`Worker::process_batch_until`], returning the receipts to hand back
+    /// instead of handing them back.
+    async fn process_batch_deferring(
+        &self,
+        batch: &[Received],
+        received_at: Instant,
+        shutdown: Option<&Shutdown>,
+    ) -> (Vec<Outcome>, Vec<ReceiptHandle>) {
+        let stopping_now = || shutdown.is_some_and(stopping);
+        let handed_back = std::sync::Mutex::new(Vec::new());
         let lease = Lease {
             done: (0..batch.len()).map(|_| AtomicBool::new(false)).collect(),
             lost: (0..batch.len()).map(|_| AtomicBool::new(false)).collect(),
@@ -678,7 +738,8 @@ impl Worker {
         let finish = Notify::new();
         let work = async {
             let groups = by_group(batch);
-            let (lease, batch) = (&lease, batch);
+            let (lease, batch, handed_back, stopping_now) =
+                (&lease, batch, &handed_back, &stopping_now);
             let handled = futures_util::future::join_all(groups.iter().map(|group| async move {
                 let mut outcomes = Vec::with_capacity(group.len());
                 for &i in group {
@@ -690,6 +751,13 @@ impl Worker {
                             "receipt refused before handling: left to the message's latest receive"
                         );
                         Outcome::Lost
+                    } else if stopping_now() {
+                        bump(&self.stats.received);
+                        handed_back
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push(batch[i].receipt.clone());
+                        Outcome::HandedBack
                     } else {
                         self.settle(&batch[i]).await
                     };
@@ -732,7 +800,57 @@ impl Worker {
         let (outcomes, ()) = tokio::join!(work, heartbeat);
         let rest = std::mem::take(&mut *lease.take_done());
         self.delete_done(&rest).await;
-        outcomes
+        let back = handed_back
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (outcomes, back)
+    }
+
+    /// Keeps `receipts` hidden past the siblings' receives in progress (a
+    /// long poll of `wait` at most, and [`STOP_HIDE_SLACK`]) until
+    /// [`Worker::run`] hands them back. One that cannot be changed keeps its
+    /// visibility: a sibling may receive it again, and its receipt here is
+    /// then refused at the hand-back ([`Outcome::Lost`]).
+    async fn hide_while_stopping(&self, receipts: &[ReceiptHandle], wait: Duration) {
+        let hide = wait + STOP_HIDE_SLACK;
+        for result in self.queue.change_visibility_batch(receipts, hide).await {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "a message received while stopping could not be kept hidden");
+            }
+        }
+    }
+
+    /// Makes `receipts` visible again at once (the worker is stopping and
+    /// will not handle them). One that cannot be changed reappears after its
+    /// visibility timeout instead.
+    async fn hand_back(&self, receipts: &[ReceiptHandle]) {
+        if receipts.is_empty() {
+            return;
+        }
+        let results = self
+            .queue
+            .change_visibility_batch(receipts, Duration::ZERO)
+            .await;
+        let mut back = 0u64;
+        for result in results {
+            match result {
+                Ok(()) => {
+                    bump(&self.stats.handed_back);
+                    back += 1;
+                }
+                // another receive holds it already: it is not ours to give
+                Err(QueueError::InvalidReceipt) => bump(&self.stats.lost),
+                Err(e) => {
+                    bump(&self.stats.queue_errors);
+                    tracing::warn!(error = %e, "message not handed back: it reappears after its visibility timeout");
+                }
+            }
+        }
+        tracing::info!(
+            handed_back = back,
+            of = receipts.len(),
+            "stopping: messages not handled handed back to the queue"
+        );
     }
 
     /// One heartbeat: deletes the messages done with so far, and extends
@@ -808,10 +926,13 @@ impl Worker {
         Ok(dead - seen)
     }
 
-    /// Polls until `shutdown` says stop. A receive in progress is abandoned on
-    /// shutdown (also one that has its batch at the moment the stop comes:
-    /// the messages reappear after their visibility timeout); a batch being
-    /// handled is finished first.
+    /// Polls until `shutdown` says stop. On the stop no new receive starts
+    /// (a poller waiting for its turn at the queue gives up the wait); a
+    /// receive in progress is let finish, within its long poll's `wait`, and
+    /// whatever it brought is handed back unhandled; in a batch being
+    /// handled the messages in hand finish and the rest are handed back
+    /// ([`Worker::process_batch_until`]). So a stop takes at most one long
+    /// poll plus the messages in hand, and leaves nothing hidden.
     ///
     /// Runs [`WorkerConfig::pollers`] receive loops at once, each a task of
     /// its own: on a multi-threaded runtime they run in parallel, and each
@@ -837,6 +958,15 @@ impl Worker {
                 }
             }
         }
+        // every poller has stopped receiving: what they did not handle goes
+        // back now, at once, for another instance's worker
+        let back = std::mem::take(
+            &mut *self
+                .stop_hand_back
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        self.hand_back(&back).await;
         tracing::info!("worker stopped");
     }
 
@@ -844,16 +974,43 @@ impl Worker {
     async fn poll_loop(&self, mut shutdown: Shutdown) {
         let wait = self.config.wait.min(RECEIVE_WAIT_MAX);
         while !stopping(&shutdown) {
-            let received = tokio::select! {
-                // the stop first, every time: an unbiased select picks at
-                // random among ready branches
-                biased;
-                _ = stopped(&mut shutdown) => break,
-                r = self.receive_turn(wait) => r,
+            // a turn at the queue is given up on the stop (nothing received
+            // yet); a receive, once started, is not: cancelled half-way it
+            // would leave what it took hidden for a visibility timeout
+            let turn = match &self.receive_turns {
+                Some(turns) => tokio::select! {
+                    // the stop first, every time: an unbiased select picks
+                    // at random among ready branches
+                    biased;
+                    _ = stopped(&mut shutdown) => break,
+                    permit = turns.acquire() => match permit {
+                        Ok(p) => Some(p),
+                        Err(_) => break,
+                    },
+                },
+                None => None,
             };
+            let received = self
+                .queue
+                .receive(self.config.batch.clamp(1, RECEIVE_BATCH_MAX), wait)
+                .await;
+            drop(turn);
             match received {
                 Ok(batch) => {
-                    self.process_batch(&batch, Instant::now()).await;
+                    // a stop seen by now hands the whole batch back, once
+                    // every poller has stopped receiving (`run`)
+                    let (_, back) = self
+                        .process_batch_deferring(&batch, Instant::now(), Some(&shutdown))
+                        .await;
+                    if !back.is_empty() {
+                        // hidden until every sibling's receive has ended,
+                        // however short the visibility timeout
+                        self.hide_while_stopping(&back, wait).await;
+                        self.stop_hand_back
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .extend(back);
+                    }
                 }
                 Err(e) => {
                     bump(&self.stats.receive_failures);

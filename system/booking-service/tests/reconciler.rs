@@ -721,3 +721,51 @@ async fn an_email_owed_by_a_winner_that_died_is_sent_once_a_sweep_interval_later
     assert_eq!(s.mailer.0.lock().len(), 1);
     assert_eq!(r.stats().emails_recovered, 1);
 }
+
+/// A leader that is stopped gives its lock up on the way out (an
+/// owner-checked release), so another instance leads at its next sweep,
+/// not a lock TTL (93 s here) later; an instance that does not hold the
+/// lock leaves the holder's alone when it stops.
+#[tokio::test(start_paused = true)]
+async fn a_stopped_leaders_lock_is_free_right_after_the_stop() {
+    use booking::Coordination;
+    let s = Stack::new(1, &["x"]).await;
+    let key = booking::coordination::keys::reconciler_lock("test", &s.sale);
+    let a = std::sync::Arc::new(s.reconciler("a"));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn({
+        let a = a.clone();
+        async move { a.run(rx).await }
+    });
+    // the first tick is at once
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        s.coordination.get(&key).await.unwrap().as_deref(),
+        Some("a"),
+        "a leads"
+    );
+    let b = s.reconciler("b");
+    assert!(!b.tick().await.leader, "not while a leads");
+    tx.send(true).unwrap();
+    running.await.unwrap();
+    assert_eq!(s.coordination.get(&key).await.unwrap(), None, "released");
+    // no time has passed: b takes over at once
+    assert!(b.tick().await.leader);
+
+    // a non-leader's stop does not release the leader's lock
+    let c = std::sync::Arc::new(s.reconciler("c"));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn({
+        let c = c.clone();
+        async move { c.run(rx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    tx.send(true).unwrap();
+    running.await.unwrap();
+    assert_eq!(c.stats().not_leader, 1);
+    assert_eq!(
+        s.coordination.get(&key).await.unwrap().as_deref(),
+        Some("b"),
+        "b still leads"
+    );
+}

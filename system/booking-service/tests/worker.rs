@@ -884,3 +884,150 @@ fn by_group_keeps_each_groups_order_and_first_seen_group_order() {
     );
     assert!(booking_service::worker::by_group(&[]).is_empty());
 }
+
+/// A stop in the middle of a batch: the message in hand finishes, the
+/// messages not started go back to the queue at once (visibility zero), in
+/// their order, for another worker to receive without waiting out the
+/// visibility timeout.
+#[tokio::test(start_paused = true)]
+async fn a_stop_mid_batch_finishes_the_message_in_hand_and_hands_the_rest_back() {
+    const N: usize = 5;
+    let names: Vec<String> = (0..N).map(|i| format!("stop-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let s = Stack::new(N as u32, &refs).await;
+    let (queue, clock) = scaled_queue();
+    // one group: handled one after another, 300 ms each
+    let ids = queue_bookings(&s, &queue, &names, Some("g")).await;
+    let w = Arc::new(Worker::new(
+        queue.clone(),
+        slow_puts(&s, clock, 300),
+        s.ledger.clone(),
+        s.alerts.clone(),
+        WorkerConfig {
+            visibility: SCALED_VISIBILITY,
+            pollers: 1,
+            batch: N,
+            wait: Duration::from_millis(100),
+            ..WorkerConfig::default()
+        },
+    ));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn({
+        let w = w.clone();
+        async move { w.run(rx).await }
+    });
+    // the first message is done at 300 ms, the second in hand until 600 ms
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    tx.send(true).unwrap();
+    task.await.unwrap();
+    let stats = w.stats();
+    assert_eq!(
+        (stats.stored, stats.handed_back, stats.lost),
+        (2, 3, 0),
+        "{stats:?}"
+    );
+    assert_eq!(*queue.deleted.lock(), ids[..2].to_vec(), "the two handled");
+    let depth = queue.depth().await.unwrap();
+    assert_eq!(
+        (depth.visible, depth.in_flight),
+        (3, 0),
+        "handed back: visible at once"
+    );
+    // another worker receives them now, in order, without the clock moving
+    let again = queue.receive(10, Duration::ZERO).await.unwrap();
+    let again: Vec<String> = again
+        .into_iter()
+        .map(|r| r.message.deduplication_id)
+        .collect();
+    assert_eq!(again, ids[2..].to_vec());
+}
+
+/// A receive in progress when the stop comes is let finish, and what it
+/// brings back is handed back unhandled, not left hidden.
+#[tokio::test(start_paused = true)]
+async fn a_receive_in_progress_at_the_stop_hands_its_messages_back() {
+    let s = Stack::new(1, &["late"]).await;
+    let (queue, _clock) = scaled_queue();
+    let w = Arc::new(Worker::new(
+        queue.clone(),
+        s.records.clone(),
+        s.ledger.clone(),
+        s.alerts.clone(),
+        WorkerConfig {
+            visibility: SCALED_VISIBILITY,
+            pollers: 1,
+            wait: Duration::from_secs(5),
+            ..WorkerConfig::default()
+        },
+    ));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn({
+        let w = w.clone();
+        async move { w.run(rx).await }
+    });
+    // the long poll is waiting on an empty queue
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tx.send(true).unwrap();
+    let ids = queue_bookings(&s, &queue, &["late".to_string()], None).await;
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    let stats = w.stats();
+    assert_eq!((stats.stored, stats.handed_back), (0, 1), "{stats:?}");
+    assert!(
+        s.records.scan_all().await.unwrap().is_empty(),
+        "not handled"
+    );
+    let again = queue.receive(10, Duration::ZERO).await.unwrap();
+    assert_eq!(again.len(), 1, "visible at once");
+    assert_eq!(again[0].message.deduplication_id, ids[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_pollers_do_not_pass_a_handed_back_message_among_themselves() {
+    // sixteen pollers in their long polls when the stop comes; a message
+    // arriving then is received by one of them. Handed back at once, the
+    // others' long polls still in progress would receive it in turn, each
+    // receive counting towards the dead-letter limit (5): it must go back
+    // once, after every poller has stopped receiving.
+    let s = Stack::new(1, &["late"]).await;
+    let (queue, _clock) = scaled_queue();
+    let w = Arc::new(Worker::new(
+        queue.clone(),
+        s.records.clone(),
+        s.ledger.clone(),
+        s.alerts.clone(),
+        WorkerConfig {
+            visibility: SCALED_VISIBILITY,
+            pollers: 16,
+            wait: Duration::from_secs(2),
+            ..WorkerConfig::default()
+        },
+    ));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn({
+        let w = w.clone();
+        async move { w.run(rx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tx.send(true).unwrap();
+    let ids = queue_bookings(&s, &queue, &["late".to_string()], None).await;
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    let stats = w.stats();
+    assert_eq!(
+        (stats.stored, stats.handed_back, stats.received),
+        (0, 1, 1),
+        "received once by the stopping worker, handed back once: {stats:?}"
+    );
+    let again = queue.receive(10, Duration::ZERO).await.unwrap();
+    assert_eq!(again.len(), 1, "visible at once");
+    assert_eq!(again[0].message.deduplication_id, ids[0]);
+    assert_eq!(
+        again[0].receive_count, 2,
+        "one receive by the stopping worker, then this one"
+    );
+}
