@@ -105,4 +105,10 @@ impl Fauxqs {
     pub fn pid(&self) -> u32 {
         self.server.pid
     }
+
+    /// Stops its process (also the process-wide shared one, which is never
+    /// dropped): [`crate::server::LocalServer::stop`].
+    pub fn stop(&self) {
+        self.server.stop();
+    }
 }

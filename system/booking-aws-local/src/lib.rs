@@ -115,6 +115,14 @@ impl LocalSqs {
         }
     }
 
+    /// Stops its process (see [`LocalAws::stop_servers`]).
+    pub fn stop(&self) {
+        match self {
+            LocalSqs::Fauxqs(f) => f.stop(),
+            LocalSqs::Moto(m) => m.stop(),
+        }
+    }
+
     /// `fauxqs` or `moto`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -157,6 +165,15 @@ impl LocalAws {
             moto,
             sqs,
         })
+    }
+
+    /// Stops the local SQS and moto processes and waits for them. They are
+    /// the process's shared ones, never dropped: a binary that owns them
+    /// (`aws-local`) calls this before it exits; after it, every other
+    /// `LocalAws` of this process has lost them too.
+    pub fn stop_servers(&self) {
+        self.sqs.stop();
+        self.moto.stop();
     }
 
     /// [`LocalAws::start_with`] the default lateness.

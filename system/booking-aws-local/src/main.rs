@@ -116,7 +116,8 @@ async fn main() -> anyhow::Result<()> {
         write(path)?;
     }
     drop(fronts);
-    // the child servers stop here (killed and waited for), before exit 0
+    // the child servers stop here (SIGTERM, and waited for), before exit 0
+    local.stop_servers();
     drop(local);
     tracing::info!("aws-local stopped");
     Ok(())

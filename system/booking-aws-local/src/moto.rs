@@ -73,6 +73,12 @@ impl Moto {
         self.server.pid
     }
 
+    /// Stops its process (also the process-wide shared one, which is never
+    /// dropped): [`crate::server::LocalServer::stop`].
+    pub fn stop(&self) {
+        self.server.stop();
+    }
+
     /// Forgets every queue, bucket and table (`/moto-api/reset`).
     pub async fn reset(&self) -> Result<(), String> {
         let r = reqwest::Client::new()

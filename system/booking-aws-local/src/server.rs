@@ -1,7 +1,10 @@
 //! One local emulator process on a free loopback port: started with a
 //! watchdog shell beside it that kills it once the process that started it
 //! is gone (so a test binary that exits leaves no server behind), ready
-//! when a GET of its health path answers 200, stopped on drop.
+//! when a GET of its health path answers 200, stopped on drop: SIGTERM to
+//! the shell, whose trap stops the server and waits for it, so no process
+//! is left behind, not even an unreaped one (a container's PID 1 may never
+//! reap orphans).
 //!
 //! [`crate::moto`] and [`crate::fauxqs`] are the two kinds.
 
@@ -15,6 +18,9 @@ use std::time::{Duration, Instant};
 pub const START_MAX: Duration = Duration::from_secs(60);
 /// Ports tried before giving up.
 pub const START_ATTEMPTS_MAX: u32 = 3;
+/// How long a server may take to stop on SIGTERM before both it and its
+/// watchdog are killed.
+pub const STOP_MAX: Duration = Duration::from_secs(10);
 
 /// A running emulator process.
 #[derive(Debug)]
@@ -25,7 +31,8 @@ pub struct LocalServer {
     pub kind: &'static str,
     /// Its process id (for CPU accounting by whoever runs a benchmark).
     pub pid: u32,
-    child: Child,
+    /// The watchdog shell (the server is its child).
+    child: std::sync::Mutex<Child>,
 }
 
 /// How to start one kind of server.
@@ -71,7 +78,7 @@ pub fn answers(url: &str, path: &str) -> bool {
 /// arguments as `$@`) and a watchdog that kills it once `parent` is gone.
 fn watchdog_script(parent: u32) -> String {
     format!(
-        "\"$0\" \"$@\" & m=$!; trap 'kill $m 2>/dev/null' EXIT TERM; \
+        "\"$0\" \"$@\" & m=$!; trap 'kill $m 2>/dev/null; wait $m; exit 0' EXIT TERM; \
          while kill -0 {parent} 2>/dev/null && kill -0 $m 2>/dev/null; do sleep 0.5; done"
     )
 }
@@ -103,19 +110,21 @@ impl LocalServer {
             let child = command
                 .spawn()
                 .map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
-            let mut server = LocalServer {
+            let server = LocalServer {
                 url: format!("http://127.0.0.1:{port}"),
                 kind: launch.kind,
                 pid: 0,
-                child,
+                child: std::sync::Mutex::new(child),
             };
+            let mut server = server;
             let started = Instant::now();
             while started.elapsed() < START_MAX {
                 if answers(&server.url, launch.health_path) {
-                    server.pid = server_pid(server.child.id()).unwrap_or(0);
+                    let shell = server.shell().id();
+                    server.pid = server_pid(shell).unwrap_or(0);
                     return Ok(server);
                 }
-                if let Ok(Some(status)) = server.child.try_wait() {
+                if let Ok(Some(status)) = server.shell().try_wait() {
                     last = format!("exited with {status} (port {port} taken?)");
                     break;
                 }
@@ -129,10 +138,46 @@ impl LocalServer {
         Err(format!("{} did not start: {last}", launch.kind))
     }
 
-    fn stop(&mut self) {
-        // the watchdog's TERM trap takes the server with it
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn shell(&self) -> std::sync::MutexGuard<'_, Child> {
+        self.child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stops the server and its watchdog, and waits for both (SIGTERM, then
+    /// SIGKILL after [`STOP_MAX`]); nothing once stopped. Also for a
+    /// process-wide shared server, which is never dropped.
+    pub fn stop(&self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let mut child = self.shell();
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        // the watchdog's TERM trap stops the server and waits for it
+        let shell = i32::try_from(child.id()).ok().map(Pid::from_raw);
+        if let Some(shell) = shell {
+            let _ = kill(shell, Signal::SIGTERM);
+        }
+        let until = Instant::now() + STOP_MAX;
+        while Instant::now() < until {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        tracing::warn!(
+            kind = self.kind,
+            pid = self.pid,
+            "did not stop on SIGTERM within {STOP_MAX:?}: SIGKILL"
+        );
+        if let Ok(server) = i32::try_from(self.pid)
+            && server > 0
+        {
+            let _ = kill(Pid::from_raw(server), Signal::SIGKILL);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
