@@ -117,12 +117,26 @@ pub struct DrainArgs {
 }
 
 impl DrainArgs {
-    /// The drain these flags ask for.
-    pub fn drain(&self) -> crate::run::Drain {
-        crate::run::Drain {
+    /// The drain these flags ask for, refused when its grace is shorter than
+    /// `request_deadline`: a request admitted just before the listener closed
+    /// may run the whole deadline (its gateway call, its undo), and cut off
+    /// it leaves a pending admission for the reconciler instead of an answer.
+    pub fn drain(
+        &self,
+        request_deadline: std::time::Duration,
+    ) -> Result<crate::run::Drain, String> {
+        let drain = crate::run::Drain {
             notice: std::time::Duration::from_millis(self.drain_notice_ms),
             grace: std::time::Duration::from_millis(self.drain_grace_ms),
+        };
+        if drain.grace < request_deadline {
+            return Err(format!(
+                "--drain-grace-ms {} is shorter than the request deadline ({} ms): requests in flight would be cut off",
+                self.drain_grace_ms,
+                request_deadline.as_millis()
+            ));
         }
+        Ok(drain)
     }
 }
 
@@ -263,4 +277,35 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
         return Ok(body.get("passed").and_then(serde_json::Value::as_bool) == Some(true));
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_drain_grace_shorter_than_the_request_deadline_is_refused() {
+        let args = |grace| DrainArgs {
+            drain_notice_ms: 100,
+            drain_grace_ms: grace,
+        };
+        let deadline = Duration::from_secs(8);
+        let d = args(20_000).drain(deadline).unwrap();
+        assert_eq!(
+            (d.notice, d.grace),
+            (Duration::from_millis(100), Duration::from_secs(20))
+        );
+        assert!(args(8_000).drain(deadline).is_ok(), "equal is enough");
+        let e = args(7_999).drain(deadline).unwrap_err();
+        assert!(
+            e.contains("--drain-grace-ms 7999") && e.contains("8000 ms"),
+            "{e}"
+        );
+        // the defaults hold with the article's deadline
+        assert!(
+            crate::run::DRAIN_GRACE >= booking::Settings::default().request_deadline,
+            "DRAIN_GRACE must cover the request deadline"
+        );
+    }
 }

@@ -36,6 +36,9 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         });
     };
     let config = args.load()?;
+    let drain = drain
+        .drain(config.effective_settings().request_deadline)
+        .map_err(anyhow::Error::msg)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -52,7 +55,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         Arc::new(server),
         listener,
         service_main::stop_signal(),
-        drain.drain(),
+        drain,
     )
     .await?;
     Ok(std::process::ExitCode::SUCCESS)

@@ -35,8 +35,9 @@ const CLIENTS: usize = 8;
 const STOP_AFTER: u64 = (BOOKINGS / 3) as u64;
 /// How long the draining instance keeps its listener open.
 const NOTICE_MS: u64 = 1_500;
-/// How long its requests in flight get after that.
-const GRACE_MS: u64 = 5_000;
+/// How long its requests in flight get after that: the request deadline,
+/// the shortest `booking serve` accepts.
+const GRACE_MS: u64 = 8_000;
 /// The stopped instance must be gone within this long of the SIGTERM:
 /// notice + grace + a worker long poll (5 s) + slack.
 const EXIT_MAX: Duration = Duration::from_secs(20);
