@@ -387,6 +387,8 @@ pub fn rehearsal_config(
         ..ServerConfig::default()
     };
     config.gateway.base_url = mock.url.clone();
+    // `/ops/audit` reads the mock's ground truth from here (never a URL in the request)
+    config.gateway.mock_ledger = true;
     config.webhook.loopback_sns_port = Some(mock.addr.port());
     config.webhook.topic_arns = Some(vec![topic]);
     // a back office of the run's own (its rows have no clear operation)
@@ -783,12 +785,11 @@ impl Fleet {
         gateway_ledger: Option<&GatewayTruth>,
     ) -> Result<AuditReport, FleetError> {
         if let Some(r) = &self.remote {
-            let path = match &r.gateway {
-                Some(g) => format!("/ops/audit?gateway={g}"),
-                None => "/ops/audit".to_owned(),
-            };
+            // the deployment reads its configured gateway's ground truth
+            // (`gateway.mock_ledger`); the rehearsal's own checks read
+            // `r.gateway` themselves
             let v = self
-                .remote_call(r, reqwest::Method::GET, &path, None)
+                .remote_call(r, reqwest::Method::GET, "/ops/audit", None)
                 .await?;
             return serde_json::from_value(v)
                 .map_err(|e| FleetError::Target(r.base.clone(), e.to_string()));

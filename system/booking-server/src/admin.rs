@@ -8,7 +8,7 @@
 //! | POST | `/ops/open`, `/ops/close` | none | [`StatusReport`](crate::ops::StatusReport) |
 //! | GET | `/ops/status` | | [`StatusReport`](crate::ops::StatusReport) (reads every record: an operator's look, not a poll) |
 //! | GET | `/ops/counters` | | the ledger's [`Counters`](booking::ledger::Counters) (open, per-level counts, paid), one O(levels) read: what a live view polls |
-//! | GET | `/ops/audit[?gateway=URL]` | | [`AuditReport`](crate::ops::AuditReport); with `gateway`, its `/__mock/ledger` is fetched for the ground-truth checks |
+//! | GET | `/ops/audit` | | [`AuditReport`](crate::ops::AuditReport); with `gateway.mock_ledger` in the configuration, the configured gateway's `/__mock/ledger` is fetched for the ground-truth checks (a URL in the request is refused: 400) |
 //! | GET | `/ops/emails/pending` | | [`EmailsPending`](crate::ops::EmailsPending): PAID bookings whose email is owed, oldest first |
 //! | POST | `/ops/emails/resend` | none | [`OwedSweep`](booking_service::outbox::OwedSweep) (owed, sent, failed, waiting, given up): the email sweep, now |
 //!
@@ -168,12 +168,17 @@ async fn counters(State(server): State<Arc<Server>>, headers: HeaderMap) -> Resp
     )
 }
 
-/// `/ops/audit` query.
+/// `/ops/audit` query: none is taken. A `gateway` (the URL an older
+/// client named for the ground truth) is refused, so that no request can
+/// make the server fetch a URL of the caller's choosing.
 #[derive(Debug, Deserialize)]
 pub struct AuditQuery {
-    /// The mock gateway's base URL: its `/__mock/ledger` is the ground truth.
+    /// Refused when present.
     pub gateway: Option<String>,
 }
+
+/// Why `/ops/audit?gateway=…` is refused.
+pub const AUDIT_GATEWAY_REFUSED: &str = "the gateway's ground truth is read only from the configured gateway (gateway.mock_ledger = true), never from a URL in the request";
 
 /// Fetches `<base>/__mock/ledger`, typed.
 pub async fn fetch_gateway_ledger(
@@ -199,12 +204,17 @@ async fn audit(
     if let Some(r) = refused(&server, &headers) {
         return r;
     }
-    let ledger = match &q.gateway {
-        Some(base) => match fetch_gateway_ledger(base).await {
+    if q.gateway.is_some() {
+        return error(StatusCode::BAD_REQUEST, AUDIT_GATEWAY_REFUSED.to_owned());
+    }
+    let gateway = &server.config.gateway;
+    let ledger = if gateway.mock_ledger {
+        match fetch_gateway_ledger(&gateway.base_url).await {
             Ok(v) => Some(v),
             Err(e) => return error(StatusCode::BAD_GATEWAY, format!("gateway ledger: {e}")),
-        },
-        None => None,
+        }
+    } else {
+        None
     };
     answer(ops::audit(&server, ledger.as_ref()).await)
 }

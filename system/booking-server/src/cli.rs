@@ -7,7 +7,7 @@
 //! booking [--server URL] [--token T] reset
 //! booking [--server URL] load-candidates FILE   # one id or hash per line, or a JSON list; - for stdin
 //! booking [--server URL] open | close | status
-//! booking [--server URL] audit [--gateway URL]  # exit status 1 if an invariant failed
+//! booking [--server URL] audit                # exit status 1 if an invariant failed
 //! ```
 //!
 //! Every subcommand takes `--log-format text|json` (`service_main`).
@@ -91,11 +91,10 @@ pub enum Command {
     /// Counters, records, queue and the status document.
     Status,
     /// Check every invariant; exit status 1 if one failed.
-    Audit {
-        /// The mock gateway's base URL, for the ground-truth checks.
-        #[arg(long)]
-        gateway: Option<String>,
-    },
+    /// With `gateway.mock_ledger` in the server's configuration, also the
+    /// gateway's ground-truth checks (the server reads its configured
+    /// gateway; no URL is sent).
+    Audit,
     /// Confirmation emails still owed: list them, or send them now.
     Emails {
         /// What to do.
@@ -254,13 +253,7 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
         Command::LoadCandidates { file } => {
             return load_candidates(&http, base, cli.token.as_deref(), file).await;
         }
-        Command::Audit { gateway } => {
-            let r = http.get(format!("{base}/ops/audit"));
-            match gateway {
-                Some(g) => r.query(&[("gateway", g)]),
-                None => r,
-            }
-        }
+        Command::Audit => http.get(format!("{base}/ops/audit")),
     };
     let (status, body) = call(request, cli.token.as_deref(), base).await?;
     print_json(&body)?;
@@ -273,7 +266,7 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
     {
         return Ok(body.get("failed").and_then(serde_json::Value::as_u64) == Some(0));
     }
-    if let Command::Audit { .. } = cli.command {
+    if let Command::Audit = cli.command {
         return Ok(body.get("passed").and_then(serde_json::Value::as_bool) == Some(true));
     }
     Ok(true)

@@ -30,6 +30,7 @@
 //! [gateway]
 //! base_url = "http://127.0.0.1:9090"
 //! username = "sellout"        # the mock's defaults
+//! mock_ledger = true          # the mock: /ops/audit reads its /__mock/ledger (no URL from a request)
 //!
 //! [webhook]
 //! aws_cert_urls = true        # the real SNS pattern
@@ -251,6 +252,10 @@ pub struct GatewayConfig {
     pub app_key: String,
     /// `app_secret`.
     pub app_secret: String,
+    /// The gateway is the mock: `/ops/audit` reads its ground truth from
+    /// `<base_url>/__mock/ledger` (the only URL it fetches; never one from
+    /// the request). Off: the audit runs without the gateway checks.
+    pub mock_ledger: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -259,6 +264,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("base_url", &self.base_url)
             .field("username", &self.username)
             .field("app_key", &self.app_key)
+            .field("mock_ledger", &self.mock_ledger)
             .finish_non_exhaustive()
     }
 }
@@ -272,6 +278,7 @@ impl Default for GatewayConfig {
             password: "sellout-password".to_owned(),
             app_key: "sellout-app-key".to_owned(),
             app_secret: "sellout-app-secret".to_owned(),
+            mock_ledger: false,
         }
     }
 }

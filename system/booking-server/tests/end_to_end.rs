@@ -92,6 +92,7 @@ impl Harness {
             ..ServerConfig::default()
         };
         config.gateway.base_url = mock.url.clone();
+        config.gateway.mock_ledger = true;
         config.webhook.loopback_sns_port = Some(mock.addr.port());
         config.webhook.topic_arns = Some(vec![topic]);
         let server = booking_server::build(&config, &base).await.unwrap();
@@ -170,9 +171,7 @@ impl Harness {
     }
 
     async fn audit(&self) -> Value {
-        let (code, report) = self
-            .get(&format!("/ops/audit?gateway={}", self.mock.url))
-            .await;
+        let (code, report) = self.get("/ops/audit").await;
         assert_eq!(code, 200, "{report}");
         report
     }
@@ -658,4 +657,60 @@ async fn emails_owed_while_smtp_is_down_are_listed_then_resent_once() {
     assert!(delivered.iter().all(|d| d.confirmation.recovered));
     assert_passed_with(&h.audit().await, &[]);
     h.stop().await;
+}
+
+/// A listener that counts the connections made to it (and answers none).
+async fn trap() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    (url, hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_audit_fetches_only_the_configured_gateway_never_a_url_from_the_request() {
+    let h = Harness::start(StackConfig::default(), "e2e-ssrf", MailConfig::default()).await;
+    let (trap_url, hits) = trap().await;
+    for url in [
+        trap_url.clone(),
+        format!("{trap_url}/latest/meta-data/"),
+        "http://169.254.169.254".to_owned(),
+    ] {
+        let (code, body) = h
+            .get(&format!("/ops/audit?gateway={}", urlencode(&url)))
+            .await;
+        assert_eq!(code, 400, "{url}: {body}");
+        assert!(
+            body.to_string().contains("configured gateway"),
+            "{url}: {body}"
+        );
+    }
+    // the configured gateway's ground truth is still read
+    let report = h.audit().await;
+    assert!(
+        report["invariants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["name"] == "paid_bookings_completed_at_gateway"),
+        "{report}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the server connected to a URL named in a request"
+    );
+    h.stop().await;
+}
+
+fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
