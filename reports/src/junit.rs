@@ -311,47 +311,7 @@ pub fn render_report(r: &Report) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::xml_check;
-    use quick_xml::Reader;
-
-    /// `(element, attributes)` of every start or empty tag of `xml`, parsed
-    /// by quick-xml's reader (which also refuses ill-formed XML).
-    fn tags(xml: &str) -> Vec<(String, Vec<(String, String)>)> {
-        let mut reader = Reader::from_str(xml);
-        let mut out = Vec::new();
-        loop {
-            match reader.read_event().unwrap() {
-                Event::Eof => break,
-                Event::Start(e) | Event::Empty(e) => {
-                    let attrs = e
-                        .attributes()
-                        .map(|a| {
-                            let a = a.unwrap();
-                            (
-                                String::from_utf8(a.key.as_ref().to_vec()).unwrap(),
-                                a.normalized_value(quick_xml::XmlVersion::Explicit1_0)
-                                    .unwrap()
-                                    .into_owned(),
-                            )
-                        })
-                        .collect();
-                    out.push((
-                        String::from_utf8(e.name().as_ref().to_vec()).unwrap(),
-                        attrs,
-                    ));
-                }
-                _ => {}
-            }
-        }
-        out
-    }
-
-    fn attr<'a>(t: &'a (String, Vec<(String, String)>), k: &str) -> &'a str {
-        t.1.iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.as_str())
-            .unwrap()
-    }
+    use crate::xml_check::{self, attr, tags};
 
     fn case(name: &str, failure: Option<&str>) -> TestCase {
         TestCase {

@@ -5,6 +5,7 @@ mod common;
 
 use std::fs;
 
+use common::xml::attr;
 use common::{ReportBuilder, Scratch, sample_path};
 use reports::{ReportError, compare, load_report, render_dir, write_run};
 
@@ -296,47 +297,6 @@ fn compares_two_runs() {
     );
 }
 
-/// `(element, attributes)` of every start or empty tag of `xml`, parsed by
-/// quick-xml's reader, which refuses ill-formed XML.
-fn xml_tags(xml: &str) -> Vec<(String, Vec<(String, String)>)> {
-    use quick_xml::events::Event;
-    let mut reader = quick_xml::Reader::from_str(xml);
-    let mut out = Vec::new();
-    loop {
-        match reader.read_event().unwrap() {
-            Event::Eof => break,
-            Event::Start(e) | Event::Empty(e) => {
-                let attrs = e
-                    .attributes()
-                    .map(|a| {
-                        let a = a.unwrap();
-                        (
-                            String::from_utf8(a.key.as_ref().to_vec()).unwrap(),
-                            a.normalized_value(quick_xml::XmlVersion::Explicit1_0)
-                                .unwrap()
-                                .into_owned(),
-                        )
-                    })
-                    .collect();
-                out.push((
-                    String::from_utf8(e.name().as_ref().to_vec()).unwrap(),
-                    attrs,
-                ));
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-fn attr<'a>(tag: &'a (String, Vec<(String, String)>), name: &str) -> &'a str {
-    tag.1
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-        .unwrap_or_else(|| panic!("no {name} on {tag:?}"))
-}
-
 #[test]
 fn every_run_folder_gets_a_junit_file_naming_the_failed_verdicts() {
     let dir = Scratch::new("junit");
@@ -347,7 +307,7 @@ fn every_run_folder_gets_a_junit_file_naming_the_failed_verdicts() {
     assert_eq!(w.junit, dir.path().join(reports::JUNIT_XML));
     let xml = fs::read_to_string(&w.junit).unwrap();
     common::xml::check(&xml).unwrap();
-    let tags = xml_tags(&xml);
+    let tags = common::xml::tags(&xml);
     let suite = tags.iter().find(|t| t.0 == "testsuite").unwrap();
     assert_eq!(attr(suite, "tests"), report.invariants.len().to_string());
     assert_eq!(attr(suite, "failures"), "1");

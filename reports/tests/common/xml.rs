@@ -1,7 +1,9 @@
 //! A tiny XML well-formedness check for the SVG the crate writes (tests
 //! only): one root element, tags nested and closed in order, attributes
 //! quoted and not repeated, no raw `<` in text or attribute values, and
-//! every `&` starting a known entity or a character reference.
+//! every `&` starting a known entity or a character reference. And
+//! [`tags`] / [`attr`]: the tags of a document as quick-xml reads them, for
+//! assertions on attributes (the JUnit files).
 //!
 //! Shared by the integration tests and, through `#[path]`, by the crate's
 //! unit tests.
@@ -165,4 +167,49 @@ pub fn svgs(html: &str) -> Vec<&str> {
         rest = &rest[start + len..];
     }
     out
+}
+
+/// A start or empty tag: its name and its attributes, in order.
+pub type Tag = (String, Vec<(String, String)>);
+
+/// Every start or empty tag of `xml`, parsed by quick-xml's reader (which
+/// also refuses ill-formed XML).
+pub fn tags(xml: &str) -> Vec<Tag> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut out = Vec::new();
+    loop {
+        match reader.read_event().unwrap() {
+            Event::Eof => break,
+            Event::Start(e) | Event::Empty(e) => {
+                let attrs = e
+                    .attributes()
+                    .map(|a| {
+                        let a = a.unwrap();
+                        (
+                            String::from_utf8(a.key.as_ref().to_vec()).unwrap(),
+                            a.normalized_value(quick_xml::XmlVersion::Explicit1_0)
+                                .unwrap()
+                                .into_owned(),
+                        )
+                    })
+                    .collect();
+                out.push((
+                    String::from_utf8(e.name().as_ref().to_vec()).unwrap(),
+                    attrs,
+                ));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The value of attribute `name` of `tag`; panics naming both if absent.
+pub fn attr<'a>(tag: &'a Tag, name: &str) -> &'a str {
+    tag.1
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {name} on {tag:?}"))
 }

@@ -83,12 +83,11 @@ pub fn shown(doc: &StatusDocument, now_ms: u64) -> Shown {
             level: l.level.clone(),
             cap: l.cap,
             left: l.cap.saturating_sub(l.taken),
-            state: if !doc.open {
-                LevelState::Closed
-            } else if l.taken >= l.cap {
-                LevelState::Full
-            } else {
-                l.state
+            // the counts decide closed and full; a level they say is open
+            // shows what the document says (a full flag is believed)
+            state: match LevelState::from_counts(doc.open, l.taken, l.cap) {
+                LevelState::Open => l.state,
+                by_counts => by_counts,
             },
         })
         .collect();

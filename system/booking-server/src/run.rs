@@ -147,7 +147,7 @@ pub async fn serve_with(
     let addr = listener.local_addr()?;
     tracing::info!(%addr, sale = %server.stack.sale, instance = %server.instance, "booking server listening");
     // when the listener closed (step 3): the grace runs from then
-    let (closed_tx, mut closed_rx) = watch::channel(None::<tokio::time::Instant>);
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
     let draining = api.clone();
     let served = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
@@ -161,19 +161,14 @@ pub async fn serve_with(
             grace_ms = drain.grace.as_millis() as u64,
             "listener closed; finishing the requests in flight"
         );
-        let _ = closed_tx.send(Some(tokio::time::Instant::now()));
+        let _ = closed_tx.send(tokio::time::Instant::now());
     });
     let cut_off = async {
-        let closed = loop {
-            if let Some(at) = *closed_rx.borrow_and_update() {
-                break at;
-            }
-            if closed_rx.changed().await.is_err() {
-                // the server ended on its own (an error): nothing to bound
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::time::sleep_until(closed + drain.grace).await;
+        match closed_rx.await {
+            Ok(closed) => tokio::time::sleep_until(closed + drain.grace).await,
+            // the server ended on its own (an error): nothing to bound
+            Err(_) => std::future::pending::<()>().await,
+        }
     };
     let served = tokio::select! {
         served = served.into_future() => served,

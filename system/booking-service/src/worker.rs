@@ -699,29 +699,15 @@ impl Worker {
     /// as a queue error and the message is handled anyway. The outcomes come
     /// back in the batch's order.
     pub async fn process_batch(&self, batch: &[Received], received_at: Instant) -> Vec<Outcome> {
-        self.process_batch_until(batch, received_at, None).await
+        self.process_batch_until(batch, received_at, None).await.0
     }
 
     /// [`Worker::process_batch`], stopping at `shutdown`: once it says stop,
     /// the messages already in hand finish and every message not started
-    /// yet is handed back ([`Outcome::HandedBack`]: visibility zero, all in
-    /// one batch call after the others are done).
-    pub async fn process_batch_until(
-        &self,
-        batch: &[Received],
-        received_at: Instant,
-        shutdown: Option<&Shutdown>,
-    ) -> Vec<Outcome> {
-        let (outcomes, back) = self
-            .process_batch_deferring(batch, received_at, shutdown)
-            .await;
-        self.hand_back(&back).await;
-        outcomes
-    }
-
-    /// [`Worker::process_batch_until`], returning the receipts to hand back
-    /// instead of handing them back.
-    async fn process_batch_deferring(
+    /// yet is [`Outcome::HandedBack`]; their receipts come back for
+    /// [`Worker::run`] to hand back once every poller has stopped receiving
+    /// (none without a `shutdown`).
+    async fn process_batch_until(
         &self,
         batch: &[Received],
         received_at: Instant,
@@ -1000,7 +986,7 @@ impl Worker {
                     // a stop seen by now hands the whole batch back, once
                     // every poller has stopped receiving (`run`)
                     let (_, back) = self
-                        .process_batch_deferring(&batch, Instant::now(), Some(&shutdown))
+                        .process_batch_until(&batch, Instant::now(), Some(&shutdown))
                         .await;
                     if !back.is_empty() {
                         // hidden until every sibling's receive has ended,

@@ -86,6 +86,22 @@ pub enum LevelState {
     Closed,
 }
 
+impl LevelState {
+    /// What the counts say a level is: closed with the sale, full once
+    /// `taken >= cap`, else open. The one rule behind the document
+    /// ([`StatusDocument::from_counters`]), its check
+    /// ([`StatusDocument::shows_full_level_open`]) and the status page.
+    pub fn from_counts(sale_open: bool, taken: u32, cap: u32) -> LevelState {
+        if !sale_open {
+            LevelState::Closed
+        } else if taken >= cap {
+            LevelState::Full
+        } else {
+            LevelState::Open
+        }
+    }
+}
+
 /// One level on the page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LevelStatus {
@@ -129,13 +145,7 @@ impl StatusDocument {
                     cap: l.cap,
                     taken: l.count,
                     left: l.cap.saturating_sub(l.count),
-                    state: if !counters.open {
-                        LevelState::Closed
-                    } else if l.count >= l.cap {
-                        LevelState::Full
-                    } else {
-                        LevelState::Open
-                    },
+                    state: LevelState::from_counts(counters.open, l.count, l.cap),
                 })
                 .collect(),
             generated_at_ms: now_ms,
@@ -158,7 +168,10 @@ impl StatusDocument {
     pub fn shows_full_level_open(&self) -> Vec<&LevelStatus> {
         self.levels
             .iter()
-            .filter(|l| l.state == LevelState::Open && (l.taken >= l.cap || !self.open))
+            .filter(|l| {
+                l.state == LevelState::Open
+                    && LevelState::from_counts(self.open, l.taken, l.cap) != LevelState::Open
+            })
             .collect()
     }
 
