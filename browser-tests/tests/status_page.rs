@@ -55,6 +55,8 @@ fn settings() -> Settings {
 /// sale of two tiny levels: gold 2 seats, silver 1.
 struct Live {
     base: String,
+    /// The admin listener (the `/ops/` routes).
+    admin: String,
     http: reqwest::Client,
     mock: mock_gateway::Running,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -63,9 +65,10 @@ struct Live {
 
 impl Live {
     async fn start() -> Live {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listeners = booking_server::Listeners::loopback().await.unwrap();
+        let addr = listeners.public.local_addr().unwrap();
         let base = format!("http://{addr}");
+        let admin = listeners.admin_url().unwrap();
         let mock_config = mock_gateway::Config {
             webhook_urls: vec![format!("{base}/payment/webhook")],
             ..mock_gateway::Config::default()
@@ -89,6 +92,7 @@ impl Live {
                 },
             ],
             listen: addr,
+            admin_listen: listeners.admin.local_addr().unwrap(),
             settings: settings(),
             stack: StackConfig::default(),
             key_prefix: format!("browser-{:08x}", std::process::id()),
@@ -101,13 +105,14 @@ impl Live {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let served = tokio::spawn(booking_server::serve(
             Arc::new(server),
-            listener,
+            listeners,
             async move {
                 let _ = stopped.await;
             },
         ));
         Live {
             base,
+            admin,
             http: reqwest::Client::new(),
             mock,
             stop,
@@ -116,7 +121,14 @@ impl Live {
     }
 
     async fn post(&self, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut r = self.http.post(format!("{}{path}", self.base));
+        // the ops steps go to the admin listener, naming the production sale
+        let mut r = if path.starts_with("/ops/") {
+            self.http
+                .post(format!("{}{path}", self.admin))
+                .header("x-confirm-sale", "launch")
+        } else {
+            self.http.post(format!("{}{path}", self.base))
+        };
         if let Some(b) = body {
             r = r.json(&b);
         }

@@ -329,6 +329,8 @@ fn generator_against(
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    config.admin_listen = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let admin = format!("http://{}", config.admin_listen);
     config.public_url = url.clone();
     let _booking = booking_serve(&bins.booking, &config, "booking", &dir, runtime, started)?;
     let profile_path = dir.join("profile.toml");
@@ -337,7 +339,14 @@ fn generator_against(
         Command::new(&bins.scenarios)
             .args(["rehearse", "--quiet", "--profile"])
             .arg(&profile_path)
-            .args(["--target", &url, "--target-gateway", &mock.url])
+            .args([
+                "--target",
+                &url,
+                "--target-admin",
+                &admin,
+                "--target-gateway",
+                &mock.url,
+            ])
             .args(["--set", &format!("target_admin_token={token:?}")])
             .arg("--out")
             .arg(dir.join("runs")),
@@ -391,7 +400,7 @@ fn generator_against(
     };
     if with_wrk {
         g.wrk = Some(wrk(
-            &url, &token, &mock.url, &profile, runtime, started, &dir,
+            &url, &admin, &token, &mock.url, &profile, runtime, started, &dir,
         )?);
     }
     runtime.block_on(mock.stop());
@@ -401,8 +410,10 @@ fn generator_against(
 /// wrk on the same instance's `POST /bookings`: reset, eligible `wrk-<n>`
 /// candidates, open, then wrk closed loop; its CPU from this process's
 /// waited-children times.
+#[allow(clippy::too_many_arguments)]
 fn wrk(
     url: &str,
+    admin: &str,
     token: &str,
     gateway: &str,
     profile: &Profile,
@@ -418,6 +429,7 @@ fn wrk(
         .context("no level")?;
     let mut target = profile.clone();
     target.target = Some(url.to_owned());
+    target.target_admin = Some(admin.to_owned());
     target.target_gateway = Some(gateway.to_owned());
     target.target_admin_token = Some(token.to_owned());
     runtime.block_on(async {

@@ -6,7 +6,12 @@
 //!
 //! ```text
 //! cargo run --release -p scenarios --example load_rate
+//! BENCH_CANDIDATE_AUTH=1 cargo run --release -p scenarios --example load_rate
 //! ```
+//!
+//! With `BENCH_CANDIDATE_AUTH=1` every booking carries a candidate token
+//! (HS256, signed ahead when the run starts: [`scenarios::candidate_tokens`]);
+//! the signing is inside the measured CPU.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,6 +68,13 @@ async fn measure(rate: f64, url: &str) -> anyhow::Result<()> {
             out_dir: None,
             stop_by: Duration::from_secs_f64(RUSH_SECS + 20.0),
             start_at: None,
+            // `BENCH_CANDIDATE_AUTH=1`: every booking carries its candidate's
+            // token, signed ahead (what `--candidate-auth` costs the generator)
+            candidate_tokens: scenarios::candidate_tokens::signer(&scenarios::profile::Profile {
+                candidate_auth: std::env::var("BENCH_CANDIDATE_AUTH").is_ok_and(|v| v == "1"),
+                ..scenarios::profile::Profile::default()
+            })
+            .map_err(anyhow::Error::msg)?,
         },
         live,
     )

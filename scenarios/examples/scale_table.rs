@@ -165,10 +165,12 @@ fn deploy(
     )?;
     let token = base.admin_token.clone().context("an admin token")?;
     let mut started_instances = Vec::with_capacity(instances);
+    let mut admin_urls = Vec::with_capacity(instances);
     for i in 0..instances {
         let port = free_port();
         let mut config = base.clone();
         config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        config.admin_listen = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
         config.public_url = format!("http://127.0.0.1:{port}");
         let guard = booking_serve(
             booking_bin,
@@ -178,6 +180,7 @@ fn deploy(
             runtime,
             started,
         )?;
+        admin_urls.push(format!("http://{}", config.admin_listen));
         started_instances.push((guard, config.public_url.clone()));
     }
     let level = profile
@@ -187,6 +190,7 @@ fn deploy(
         .context("no level")?;
     let mut target = profile.clone();
     target.target = Some(started_instances[0].1.clone());
+    target.target_admin = Some(admin_urls[0].clone());
     target.target_gateway = Some(mock.url.clone());
     target.target_admin_token = Some(token);
     let list: Vec<String> = (0..candidates).map(|i| format!("s-{i}")).collect();

@@ -274,8 +274,10 @@ impl FaultRecord {
 pub struct InstanceHandle {
     /// Its label (`instance-<i>`).
     pub label: String,
-    /// Its base URL.
+    /// Its base URL (the public listener: `/metrics`).
     pub url: String,
+    /// Its admin listener's base URL (`/ops/faults`).
+    pub admin_url: String,
 }
 
 /// Carries out a schedule during a rehearsal.
@@ -459,7 +461,10 @@ impl Conductor {
             return Ok(());
         };
         let r = self
-            .authed(self.http.post(format!("{}/ops/faults/start", inst.url)))
+            .authed(
+                self.http
+                    .post(format!("{}/ops/faults/start", inst.admin_url)),
+            )
             .json(&serde_json::json!({ "started_unix_ms": started_unix_ms }))
             .send()
             .await
@@ -497,7 +502,7 @@ impl Conductor {
         let mut fired = BTreeMap::new();
         for inst in &self.instances {
             let Ok(r) = self
-                .authed(self.http.get(format!("{}/ops/faults", inst.url)))
+                .authed(self.http.get(format!("{}/ops/faults", inst.admin_url)))
                 .send()
                 .await
             else {

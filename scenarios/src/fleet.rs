@@ -24,11 +24,10 @@ use booking::records::RecordStatus;
 use booking::{Counters, Level, SaleId};
 use booking_server::config::{ServerConfig, StackConfig, StackKind};
 use booking_server::ops::{self, AuditReport, GatewayTruth, StatusReport};
-use booking_server::{Server, build, build_sharing, serve};
+use booking_server::{Listeners, Server, build, build_sharing, serve};
 
 use crate::conductor::{Conductor, InstanceHandle, Links};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -280,9 +279,12 @@ struct Instance {
 /// A deployment driven through its `/ops/` routes.
 #[derive(Debug)]
 struct Remote {
+    /// Its admin listener (the `/ops/` routes).
     base: String,
     http: reqwest::Client,
     token: Option<String>,
+    /// The sale named in `X-Confirm-Sale`, when the profile confirms it.
+    confirm: Option<String>,
     gateway: Option<String>,
 }
 
@@ -294,6 +296,9 @@ pub struct Fleet {
     pub servers: Vec<Arc<Server>>,
     /// Where bookings go.
     pub booking_urls: Vec<String>,
+    /// The admin listeners (the `/ops/` routes), in the order of
+    /// `booking_urls`.
+    pub admin_urls: Vec<String>,
     /// The payment gateway's base URL (payers' checkout pages).
     pub gateway_url: String,
     /// The mock gateway, in process.
@@ -393,6 +398,7 @@ pub fn rehearsal_config(
     config.webhook.topic_arns = Some(vec![topic]);
     // a back office of the run's own (its rows have no clear operation)
     config.stack.postgres_schema = config.key_prefix.replace('-', "_");
+    config.candidate_auth = crate::candidate_tokens::server_config(profile);
     config
 }
 
@@ -422,30 +428,42 @@ impl Fleet {
             .map_err(|e| FleetError::Invalid(e.to_string()))?;
         let overdue_after = settings.sweep_interval * 2 + settings.sweep_budget.min(settings.hold);
         match &profile.target {
-            Some(base) => Ok(Fleet {
-                servers: Vec::new(),
-                booking_urls: vec![base.trim_end_matches('/').to_owned()],
-                gateway_url: profile.target_gateway.clone().unwrap_or_default(),
-                mock: None,
-                stack_name: "target".to_owned(),
-                sale,
-                caps,
-                overdue_after,
-                instances: Vec::new(),
-                remote: Some(Remote {
-                    base: base.trim_end_matches('/').to_owned(),
-                    http: reqwest::Client::builder()
-                        .timeout(TARGET_CALL_MAX)
-                        .build()
-                        .map_err(|e| FleetError::Target(base.clone(), e.to_string()))?,
-                    token: profile.target_admin_token.clone(),
-                    gateway: profile.target_gateway.clone(),
-                }),
-                redis: None,
-                faults: None,
-                links: None,
-                mail: None,
-            }),
+            Some(base) => {
+                let admin = profile.target_admin.as_deref().ok_or_else(|| {
+                    FleetError::Invalid(format!(
+                        "rehearsing the deployment at {base} needs its admin listener (the \
+                         /ops/ routes are not on the public one): --target-admin URL, or \
+                         --target-config FILE to read admin_listen and the token from its \
+                         configuration"
+                    ))
+                })?;
+                Ok(Fleet {
+                    servers: Vec::new(),
+                    booking_urls: vec![base.trim_end_matches('/').to_owned()],
+                    admin_urls: vec![admin.trim_end_matches('/').to_owned()],
+                    gateway_url: profile.target_gateway.clone().unwrap_or_default(),
+                    mock: None,
+                    stack_name: "target".to_owned(),
+                    sale,
+                    caps,
+                    overdue_after,
+                    instances: Vec::new(),
+                    remote: Some(Remote {
+                        base: admin.trim_end_matches('/').to_owned(),
+                        http: reqwest::Client::builder()
+                            .timeout(TARGET_CALL_MAX)
+                            .build()
+                            .map_err(|e| FleetError::Target(base.clone(), e.to_string()))?,
+                        token: profile.target_admin_token.clone(),
+                        confirm: profile.target_confirm.clone(),
+                        gateway: profile.target_gateway.clone(),
+                    }),
+                    redis: None,
+                    faults: None,
+                    links: None,
+                    mail: None,
+                })
+            }
             None => Fleet::start_local(profile, sale, caps, overdue_after, dir).await,
         }
     }
@@ -462,15 +480,22 @@ impl Fleet {
         let mail = MailServer::start(profile, dir).await?;
         let mut listeners = Vec::with_capacity(profile.instances);
         let mut urls = Vec::with_capacity(profile.instances);
+        let mut admin_urls = Vec::with_capacity(profile.instances);
         for _ in 0..profile.instances {
-            let l = TcpListener::bind("127.0.0.1:0")
+            let l = Listeners::loopback()
                 .await
-                .map_err(|e| FleetError::Io("binding an instance's port", e))?;
+                .map_err(|e| FleetError::Io("binding an instance's ports", e))?;
             let addr = l
+                .public
                 .local_addr()
                 .map_err(|e| FleetError::Io("an instance's address", e))?;
+            let admin = l
+                .admin
+                .local_addr()
+                .map_err(|e| FleetError::Io("an instance's admin address", e))?;
             urls.push(format!("http://{addr}"));
-            listeners.push((l, addr));
+            admin_urls.push(booking_server::admin_settings::admin_url(admin));
+            listeners.push((l, addr, admin));
         }
         let first_url = urls
             .first()
@@ -540,9 +565,11 @@ impl Fleet {
 
         let mut servers: Vec<Arc<Server>> = Vec::with_capacity(profile.instances);
         let mut instances = Vec::with_capacity(profile.instances);
-        for (index, ((listener, addr), url)) in listeners.into_iter().zip(&urls).enumerate() {
+        for (index, ((listener, addr, admin), url)) in listeners.into_iter().zip(&urls).enumerate()
+        {
             let mut c = config.clone();
             c.listen = addr;
+            c.admin_listen = admin;
             c.public_url = url.clone();
             if let Some((_, schedule, _)) = &faults {
                 c.faults = Some(booking_server::config::FaultsConfig {
@@ -574,6 +601,7 @@ impl Fleet {
         Ok(Fleet {
             servers,
             booking_urls: urls,
+            admin_urls,
             gateway_url: mock.url.clone(),
             mock: Some(mock),
             stack_name: stack_name.to_owned(),
@@ -619,9 +647,11 @@ impl Fleet {
             .booking_urls
             .iter()
             .enumerate()
-            .map(|(i, url)| InstanceHandle {
+            .zip(&self.admin_urls)
+            .map(|((i, url), admin_url)| InstanceHandle {
                 label: crate::conductor::instance_label(i),
                 url: url.clone(),
+                admin_url: admin_url.clone(),
             })
             .collect();
         Conductor::new(
@@ -675,6 +705,9 @@ impl Fleet {
         let mut req = remote.http.request(method, &url);
         if let Some(t) = &remote.token {
             req = req.bearer_auth(t);
+        }
+        if let Some(sale) = &remote.confirm {
+            req = req.header(booking_server::admin_settings::CONFIRM_HEADER, sale);
         }
         if let Some(text) = text {
             req = req

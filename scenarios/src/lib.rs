@@ -27,6 +27,7 @@
 //!   short rehearsals until a verdict breaks, with CPU per component
 //!   ([`cpu`]: CPU seconds per process, read from `/proc`).
 
+pub mod candidate_tokens;
 pub mod capacity;
 pub mod conductor;
 pub mod cpu;

@@ -95,9 +95,24 @@ struct RehearseArgs {
     /// client adds toxics by hand while the rehearsal runs.
     #[arg(long, value_name = "ADDR")]
     toxiproxy_api: Option<std::net::SocketAddr>,
-    /// Rehearse the deployment at this base URL instead (its /ops/ routes).
+    /// Rehearse the deployment at this base URL instead (its public listener).
     #[arg(long)]
     target: Option<String>,
+    /// With --target: its admin listener (the /ops/ routes), http://HOST:PORT.
+    #[arg(long, value_name = "URL")]
+    target_admin: Option<String>,
+    /// With --target: the deployment's own configuration file, from which
+    /// the admin listener's address and token are read (as `booking`
+    /// reads them) unless --target-admin / --target-admin-token say.
+    #[arg(long, value_name = "FILE")]
+    target_config: Option<PathBuf>,
+    /// With --target: the admin token.
+    #[arg(long, env = "SELLOUT_ADMIN_TOKEN", hide_env_values = true)]
+    target_admin_token: Option<String>,
+    /// With --target: confirm its reset, load and close by naming the sale
+    /// (a production sale needs it).
+    #[arg(long, value_name = "SALE")]
+    confirm: Option<String>,
     /// With --target: the mock gateway it talks to (the audit's ground truth).
     #[arg(long)]
     target_gateway: Option<String>,
@@ -126,6 +141,11 @@ struct RehearseArgs {
     /// No progress lines.
     #[arg(long, short)]
     quiet: bool,
+    /// Signed candidates: the fleet requires candidate tokens and the load
+    /// signs each candidate's (HS256; the secret from
+    /// SELLOUT_CANDIDATE_AUTH_SECRET, else one of the run's own).
+    #[arg(long)]
+    candidate_auth: bool,
 }
 
 impl RehearseArgs {
@@ -182,14 +202,47 @@ impl RehearseArgs {
         if let Some(g) = &self.target_gateway {
             sets.push(format!("target_gateway={}", quote(g)));
         }
+        if let Some(c) = &self.confirm {
+            sets.push(format!("target_confirm={}", quote(c)));
+        }
         if let Some(out) = &self.out {
             sets.push(format!("out={}", quote(&out.display().to_string())));
+        }
+        if self.candidate_auth {
+            sets.push("candidate_auth=true".to_owned());
         }
         sets
     }
 
     fn profile(&self) -> anyhow::Result<Profile> {
-        Profile::load(self.profile.as_deref(), &self.overrides()).context("loading the profile")
+        let mut profile = Profile::load(self.profile.as_deref(), &self.overrides())
+            .context("loading the profile")?;
+        // the admin listener and token: the flags, else the deployment's
+        // own configuration (never a profile file: a token stays out of it)
+        let from_config = match &self.target_config {
+            Some(path) => Some(
+                booking_server::config::ServerConfig::from_file(path)?
+                    .admin()
+                    .client()
+                    .with_context(|| format!("the admin settings of {}", path.display()))?,
+            ),
+            None => None,
+        };
+        if let Some(url) = self
+            .target_admin
+            .clone()
+            .or_else(|| from_config.as_ref().map(|(url, _)| url.clone()))
+        {
+            profile.target_admin = Some(url);
+        }
+        if let Some(t) = self
+            .target_admin_token
+            .clone()
+            .or_else(|| from_config.and_then(|(_, t)| t))
+        {
+            profile.target_admin_token = Some(t);
+        }
+        Ok(profile)
     }
 
     /// `--shard` and its companions.

@@ -379,6 +379,8 @@ struct Instances {
     bin: PathBuf,
     procs: Vec<tokio::sync::Mutex<Proc>>,
     urls: Vec<String>,
+    /// The admin listeners' base URLs, by index.
+    admin_urls: Vec<String>,
     http: reqwest::Client,
 }
 
@@ -600,10 +602,12 @@ fn instance_config(
     profile: &Profile,
     base: &ServerConfig,
     port: u16,
+    admin_port: u16,
     url: &str,
 ) -> Result<ServerConfig, ProcessError> {
     let mut c = base.clone();
     c.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    c.admin_listen = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
     c.public_url = url.to_owned();
     c.validate()
         .map_err(|e| ProcessError::Config(format!("{e} (profile {})", profile.name)))?;
@@ -641,6 +645,7 @@ impl ProcessFleet {
                 bin: bin.clone(),
                 procs: Vec::new(),
                 urls: Vec::new(),
+                admin_urls: Vec::new(),
                 http: reqwest::Client::builder()
                     .timeout(Duration::from_secs(2))
                     .no_proxy()
@@ -675,6 +680,13 @@ impl ProcessFleet {
             .map(|_| free_port())
             .collect::<Result<Vec<u16>, _>>()?;
         let urls: Vec<String> = ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect();
+        let admin_ports = (0..profile.instances)
+            .map(|_| free_port())
+            .collect::<Result<Vec<u16>, _>>()?;
+        let admin_urls: Vec<String> = admin_ports
             .iter()
             .map(|p| format!("http://127.0.0.1:{p}"))
             .collect();
@@ -754,7 +766,7 @@ impl ProcessFleet {
 
         let mut procs = Vec::with_capacity(profile.instances);
         for (index, (port, url)) in ports.iter().zip(&urls).enumerate() {
-            let mut config = instance_config(profile, &base, *port, url)?;
+            let mut config = instance_config(profile, &base, *port, admin_ports[index], url)?;
             if let Some((_, schedule)) = &fleet.faults {
                 config.faults = Some(FaultsConfig {
                     instance: instance_label(index),
@@ -789,6 +801,7 @@ impl ProcessFleet {
             bin,
             procs,
             urls: urls.clone(),
+            admin_urls: admin_urls.clone(),
             http: fleet.instances.http.clone(),
         });
         for p in &fleet.instances.procs {
@@ -803,6 +816,7 @@ impl ProcessFleet {
         // process (its ledger and webhooks), every instance to load
         let mut view = profile.clone();
         view.target = Some(ops_url.clone());
+        view.target_admin = Some(admin_urls[fleet.ops].clone());
         view.target_gateway = Some(mock.url.clone());
         view.target_admin_token = Some(admin_token);
         let mut driven = Fleet::start(&view).await?;
@@ -814,6 +828,15 @@ impl ProcessFleet {
                 .map(|(_, u)| u.clone()),
         );
         driven.booking_urls = order;
+        let mut admin_order = vec![admin_urls[fleet.ops].clone()];
+        admin_order.extend(
+            admin_urls
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != fleet.ops)
+                .map(|(_, u)| u.clone()),
+        );
+        driven.admin_urls = admin_order;
         driven.mock = Some(mock);
         driven.mail = mail;
         driven.stack_name = "redis-processes".to_owned();
@@ -823,6 +846,11 @@ impl ProcessFleet {
     /// The instances' base URLs, by index.
     pub fn urls(&self) -> &[String] {
         &self.instances.urls
+    }
+
+    /// The instances' admin listeners' base URLs, by index.
+    pub fn admin_urls(&self) -> &[String] {
+        &self.instances.admin_urls
     }
 
     /// The instances' ports, by index.
@@ -856,9 +884,11 @@ impl ProcessFleet {
             .urls
             .iter()
             .enumerate()
-            .map(|(i, url)| InstanceHandle {
+            .zip(&self.instances.admin_urls)
+            .map(|((i, url), admin_url)| InstanceHandle {
                 label: instance_label(i),
                 url: url.clone(),
+                admin_url: admin_url.clone(),
             })
             .collect();
         Conductor::new(

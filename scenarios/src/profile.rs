@@ -229,9 +229,15 @@ pub struct Profile {
     /// When the in-process mock gateway's SNS webhooks (one per completed
     /// payment, RSA-signed: the webhook confirm path) are subscribed.
     pub webhooks: Webhooks,
-    /// Rehearse the deployment at this base URL (its `/ops/` routes) instead
-    /// of an in-process fleet.
+    /// Rehearse the deployment at this base URL (its public listener)
+    /// instead of an in-process fleet.
     pub target: Option<String>,
+    /// With `target`: its admin listener's base URL (the `/ops/` routes;
+    /// `http://<admin_listen>`).
+    pub target_admin: Option<String>,
+    /// With `target`: the sale named in the `X-Confirm-Sale` header of its
+    /// `reset`, `load-candidates` and `close` (a production sale needs it).
+    pub target_confirm: Option<String>,
     /// With `target`: the mock gateway that deployment talks to (its ledger
     /// is the audit's ground truth); without it, the ground-truth checks are
     /// reported as not run.
@@ -255,6 +261,10 @@ pub struct Profile {
     /// none unless the run means to prove the harness catches them; the
     /// instances then run as a rehearsal, never as production.
     pub bugs: Vec<booking::Bug>,
+    /// Signed candidates: the fleet requires candidate tokens
+    /// (`[candidate_auth]`, HS256 with the run's secret) and the load signs
+    /// each candidate's ([`crate::candidate_tokens`]).
+    pub candidate_auth: bool,
 }
 
 fn level(name: &str, cap: u32, price: &str) -> LevelConfig {
@@ -298,6 +308,8 @@ impl Default for Profile {
             mail: crate::mail::Mail::Outputs,
             webhooks: Webhooks::AfterRush,
             target: None,
+            target_admin: None,
+            target_confirm: None,
             target_gateway: None,
             target_admin_token: None,
             hold_ms: 600_000,
@@ -307,6 +319,7 @@ impl Default for Profile {
             thresholds: Thresholds::default(),
             settle: Settle::default(),
             bugs: Vec::new(),
+            candidate_auth: false,
         }
     }
 }

@@ -536,6 +536,8 @@ pub async fn run_with(
         },
         stop_rx,
     );
+    // signed candidates: the load signs with the fleet's secret
+    let candidate_tokens = crate::candidate_tokens::signer(profile).map_err(LoadError::Profile)?;
     let main = async {
         let load_start = ms_since(t0);
         let load_started = Instant::now();
@@ -552,6 +554,7 @@ pub async fn run_with(
             out_dir: Some(dir.clone()),
             stop_by: wait + schedule_end(&arrivals) + LOAD_SLACK,
             start_at: zero,
+            candidate_tokens: candidate_tokens.clone(),
         };
         // a shard's stream is every count-th arrival: `rate / count`
         let load_profile = match &sharding {

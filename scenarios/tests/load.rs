@@ -39,13 +39,10 @@ struct System {
 /// The mock gateway and two instances; candidates loaded, sale open.
 async fn start(candidates: &[String], levels: &[(&str, u32)]) -> System {
     let listeners = [
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        booking_server::Listeners::loopback().await.unwrap(),
+        booking_server::Listeners::loopback().await.unwrap(),
     ];
-    let urls: Vec<String> = listeners
-        .iter()
-        .map(|l| format!("http://{}", l.local_addr().unwrap()))
-        .collect();
+    let urls: Vec<String> = listeners.iter().map(|l| l.public_url().unwrap()).collect();
     let mock_config = mock_gateway::Config {
         webhook_urls: vec![format!("{}/payment/webhook", urls[0])],
         ..mock_gateway::Config::default()
@@ -64,7 +61,8 @@ async fn start(candidates: &[String], levels: &[(&str, u32)]) -> System {
                 price: "500.00".into(),
             })
             .collect(),
-        listen: listeners[0].local_addr().unwrap(),
+        listen: listeners[0].public.local_addr().unwrap(),
+        admin_listen: listeners[0].admin.local_addr().unwrap(),
         settings: settings(),
         stack: StackConfig {
             kind: StackKind::Embedded,
@@ -150,6 +148,7 @@ async fn the_engine_books_and_pays_at_the_target_rate() {
         out_dir: Some(out.clone()),
         stop_by: Duration::from_secs(30),
         start_at: None,
+        candidate_tokens: None,
     };
     let started = std::time::Instant::now();
     let result = load::run(arrivals, targets, &profile, config, live.clone())
@@ -283,6 +282,7 @@ async fn a_target_that_never_answers_is_bounded_and_its_arrivals_are_counted() {
             out_dir: None,
             stop_by: Duration::from_secs(3),
             start_at: None,
+            candidate_tokens: None,
         },
         live.clone(),
     )

@@ -313,8 +313,13 @@ async fn kill_9_of_an_instance_mid_rush_loses_nothing() {
         "the ops go to the instance no kill names"
     );
 
-    // the ops routes need the run's token
+    // the ops routes are on the admin listener only, and need the run's token
     let status = reqwest::get(format!("{}/ops/status", fleet_processes.urls()[1]))
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status.as_u16(), 404, "no ops route on the public listener");
+    let status = reqwest::get(format!("{}/ops/status", fleet_processes.admin_urls()[1]))
         .await
         .unwrap()
         .status();

@@ -33,6 +33,8 @@ fn start_shard(index: u32, fleet: &Fleet, out: &Path) -> Shard {
     let mut child = Command::new(env!("CARGO_BIN_EXE_scenarios"))
         .args(["rehearse", "--profile", "ci", "--target"])
         .arg(&fleet.booking_urls[0])
+        .arg("--target-admin")
+        .arg(&fleet.admin_urls[0])
         .arg("--target-gateway")
         .arg(&fleet.gateway_url)
         .arg("--out")

@@ -84,7 +84,12 @@ pub async fn run(
     let total_users = profile.users + profile.payer_users + retry_users;
     let n = arrivals.len();
     let balancer = Arc::new(Balancer::new(&targets.booking_urls));
+    let tokens = config
+        .candidate_tokens
+        .clone()
+        .map(|signer| crate::candidate_tokens::CandidateTokens::presign(signer, &arrivals));
     let engine = Arc::new(Engine {
+        tokens,
         arrivals,
         booking_endpoints,
         balancer: balancer.clone(),

@@ -112,6 +112,8 @@ struct BookingBody<'a> {
 #[derive(Debug)]
 pub(super) struct Engine {
     pub(super) arrivals: Vec<Arrival>,
+    /// The arrivals' candidate tokens (`candidate_auth`), signed ahead.
+    pub(super) tokens: Option<crate::candidate_tokens::CandidateTokens>,
     /// `{booking_url}/bookings` per instance.
     pub(super) booking_endpoints: Vec<String>,
     /// The instances as a load balancer sees them.
@@ -419,7 +421,7 @@ impl Engine {
             self.rush_last_ns.fetch_max(at, Ordering::Relaxed);
         }
         let endpoint = &self.booking_endpoints[index % self.booking_endpoints.len()];
-        let answer = self.post_booking(user, "booking", endpoint, arrival).await;
+        let answer = self.post_booking(user, "booking", endpoint, index).await;
         let latency = Instant::now().saturating_duration_since(intended);
         self.booking.record(shard, latency, !answer.expected());
         self.live.record_booking(latency);
@@ -435,18 +437,28 @@ impl Engine {
         user: &mut GooseUser,
         name: &'static str,
         endpoint: &str,
-        arrival: &Arrival,
+        index: usize,
     ) -> BookingAnswer {
+        let arrival = &self.arrivals[index];
         let body = serde_json::to_vec(&BookingBody {
             candidate: &arrival.candidate,
             level: &arrival.level,
         })
         .unwrap_or_default();
+        // signed candidates: the candidate's token, as the login gave it
+        let authorization = self
+            .tokens
+            .as_ref()
+            .map(|t| format!("Bearer {}", t.token(index, &arrival.candidate)));
         let build = |client: &goose_reqwest::Client, url: &str| {
-            client
+            let request = client
                 .post(url)
                 .header("content-type", "application/json")
-                .body(body.clone())
+                .body(body.clone());
+            match &authorization {
+                Some(a) => request.header("authorization", a.as_str()),
+                None => request,
+            }
         };
         let mut answer = self.send_to_fleet(user, name, endpoint, build, None).await;
         let classified =
@@ -551,7 +563,7 @@ impl Engine {
         let index = item.item;
         let arrival = &self.arrivals[index];
         let endpoint = &self.booking_endpoints[(index + 1) % self.booking_endpoints.len()];
-        let answer = self.post_booking(user, "retry", endpoint, arrival).await;
+        let answer = self.post_booking(user, "retry", endpoint, index).await;
         let latency = Instant::now().saturating_duration_since(item.due);
         self.retry.record(shard, latency, !answer.expected());
         count(&self.retry_outcomes, answer.key());

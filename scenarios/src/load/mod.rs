@@ -482,6 +482,9 @@ pub struct LoadConfig {
     /// as every goose user has started. `stop_by` counts from the call all
     /// the same.
     pub start_at: Option<std::time::Instant>,
+    /// Signs the candidates' tokens (`candidate_auth`): each booking then
+    /// carries `Authorization: Bearer` ([`crate::candidate_tokens`]).
+    pub candidate_tokens: Option<crate::candidate_tokens::TokenSigner>,
 }
 
 /// What the payers did.

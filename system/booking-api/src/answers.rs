@@ -19,7 +19,8 @@ pub const RETRY_AFTER_S: u64 = 1;
 pub struct ErrorBody {
     /// Machine-readable code: `level_full`, `sale_closed`, `not_eligible`,
     /// `unknown_level`, `already_paid`, `busy`, `deadline_exceeded`,
-    /// `bad_request`, `payload_too_large`.
+    /// `bad_request`, `payload_too_large`, `unsupported_media_type`,
+    /// `unauthorized`, `draining`.
     pub error: String,
     /// For a human.
     pub message: String,

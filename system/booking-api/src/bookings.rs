@@ -17,8 +17,10 @@
 //! refused). `candidate` is either the candidate's 64-hex-digit hash (either
 //! case) or their raw identifier, which is hashed with [`CandidateHash::of`]
 //! (what the edge would do). A raw identifier that happens to be 64 hex digits
-//! is taken as a hash. A raw identifier is 1..=[`RAW_CANDIDATE_LEN_MAX`] bytes
-//! without control characters; `level` follows [`Level::parse`].
+//! is taken as a hash. A raw identifier is 1..=[`RAW_CANDIDATE_LEN_MAX`]
+//! characters (Unicode code points, what JSON Schema's `maxLength` counts)
+//! without control characters; `level` follows [`Level::parse`]. The OpenAPI
+//! document states both rules ([`crate::openapi::CANDIDATE_PATTERN`]).
 //!
 //! # The answers
 //!
@@ -27,12 +29,14 @@
 //! | 201 | booking, `outcome: "admitted"`, `status: "HELD"` | admitted: go to `redirect_url` and pay before `deadline` |
 //! | 200 | booking, `outcome: "already_holding"`, `status: "HELD"` or `"PENDING"` | the candidate already holds a seat: the live hold (payment, deadline and redirect URL when known; `PENDING` while another request is creating its payment) |
 //! | 400 | `error: "bad_request"` | malformed JSON, missing or unknown fields, bad candidate or level syntax |
+//! | 401 | `error: "unauthorized"`, `WWW-Authenticate: Bearer` | `candidate_auth` is on and the request has no good token for its candidate ([`crate::candidate_auth`]); nothing was done |
 //! | 403 | `error: "not_eligible"` | the candidate is not on the list |
 //! | 404 | `error: "unknown_level"` | no such level in this sale |
 //! | 409 | `error: "level_full"` | the level is at its cap |
 //! | 409 | `error: "sale_closed"` | admissions are not open |
 //! | 409 | `error: "already_paid"` | the candidate has paid for a seat already |
 //! | 413 | `error: "payload_too_large"` | a body over [`BODY_BYTES_MAX`] |
+//! | 415 | `error: "unsupported_media_type"` | a body not sent as `Content-Type: application/json` (a cross-site form or `text/plain` post is refused unread) |
 //! | 503 | `error: "busy"` / `"deadline_exceeded"`, `Retry-After` | the gateway, the ledger or the queue failed, or the deadline passed; nothing is held |
 //! | 503 | `error: "draining"`, `Retry-After`, `Connection: close` | the instance is shutting down ([`crate::drain`]); nothing was done: retry on another instance |
 //!
@@ -68,7 +72,7 @@ use crate::status_poker::StatusPoker;
 
 /// The largest request body, bytes: a booking is two short strings.
 pub const BODY_BYTES_MAX: usize = 16 * 1024;
-/// The longest raw candidate identifier, bytes.
+/// The longest raw candidate identifier, characters (Unicode code points).
 pub const RAW_CANDIDATE_LEN_MAX: usize = 256;
 pub use booking_service::admission::UNDO_RESERVE;
 
@@ -81,6 +85,8 @@ pub struct ApiState {
     pub drain: Drain,
     status: Arc<StatusPoker>,
     instance: String,
+    /// Candidate tokens, when `candidate_auth` is on ([`crate::candidate_auth`]).
+    pub(crate) candidate_auth: Option<Arc<crate::candidate_auth::CandidateAuth>>,
 }
 
 impl Default for ApiState {
@@ -97,6 +103,7 @@ impl ApiState {
             drain: Drain::default(),
             status: Arc::new(StatusPoker::default()),
             instance: format!("api-{:016x}", rand::random::<u64>()),
+            candidate_auth: None,
         }
     }
 }
@@ -157,9 +164,9 @@ pub fn candidate_hash(candidate: &str) -> Result<CandidateHash, String> {
     if candidate.is_empty() {
         return Err("candidate must not be empty".into());
     }
-    if candidate.len() > RAW_CANDIDATE_LEN_MAX {
+    if candidate.chars().count() > RAW_CANDIDATE_LEN_MAX {
         return Err(format!(
-            "candidate must be at most {RAW_CANDIDATE_LEN_MAX} bytes"
+            "candidate must be at most {RAW_CANDIDATE_LEN_MAX} characters"
         ));
     }
     if candidate.chars().any(char::is_control) {
@@ -178,7 +185,8 @@ pub fn rfc3339(ms: u64) -> Option<String> {
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
-/// A request the path never sees: `400 bad_request` or `413 payload_too_large`.
+/// A request the path never sees: `400 bad_request`, `413
+/// payload_too_large` or `415 unsupported_media_type`.
 #[derive(Debug)]
 struct BadInput {
     status: StatusCode,
@@ -200,8 +208,30 @@ impl BadInput {
     }
 }
 
-/// Parses the body into (candidate, level).
-fn parse_request(body: Result<Bytes, BytesRejection>) -> Result<(CandidateHash, Level), BadInput> {
+/// Whether `content_type` names JSON: `application/json`, with any
+/// parameters (`; charset=utf-8`).
+pub fn is_json(content_type: Option<&str>) -> bool {
+    content_type
+        .and_then(|c| c.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Parses the body into (candidate, level). A body that does not say it is
+/// JSON is refused with 415 before it is parsed: `text/plain`, a form or no
+/// type at all is what a page on another origin can make a browser send
+/// without a CORS preflight, so taking it would let any web page book a
+/// seat in its visitor's name.
+fn parse_request(
+    content_type: Option<&str>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(CandidateHash, Level), BadInput> {
+    if !is_json(content_type) {
+        return Err(BadInput {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code: "unsupported_media_type",
+            message: "the body must be JSON, sent with Content-Type: application/json".into(),
+        });
+    }
     let bytes = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             BadInput {
@@ -308,6 +338,7 @@ fn respond(candidate: &CandidateHash, answer: BookAnswer) -> Response {
 async fn create_booking(
     State(stack): State<Arc<Stack>>,
     Extension(api): Extension<Arc<ApiState>>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if api.drain.is_draining() {
@@ -315,13 +346,20 @@ async fn create_booking(
         return crate::drain::refusal();
     }
     let started = Instant::now();
-    let (candidate, level) = match parse_request(body) {
+    let content_type = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let (candidate, level) = match parse_request(content_type, body) {
         Ok(parsed) => parsed,
         Err(bad) => {
             api.metrics.outcome(bad.code);
             return bad.into_response();
         }
     };
+    // a token for this candidate, when required: 401 before anything is done
+    if let Some(refused) = crate::candidate_auth::guard(&api, &headers, &candidate) {
+        return refused;
+    }
     let deadline = started + stack.settings.request_deadline;
     // the path runs to its end (or its undo) even if this future is dropped
     let task = {

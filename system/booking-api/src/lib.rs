@@ -10,6 +10,8 @@
 //!   ([`status_page::shown`]).
 //! - [`drain`]: draining on the way out (SIGTERM): `POST /bookings` refused
 //!   with `503` + `Retry-After`, `/readyz` `503`.
+//! - [`candidate_auth`]: signed candidates (off unless configured): the
+//!   token a request in a candidate's name must carry, `401` without it.
 //! - [`confirm_paths`]: `GET /payment/callback` (confirm path 1) and
 //!   `POST /payment/webhook` (confirm path 2, SNS-verified), the HTTP mapping
 //!   of `booking_service::callback` and `booking_service::webhook`.
@@ -18,6 +20,7 @@
 
 pub mod answers;
 pub mod bookings;
+pub mod candidate_auth;
 pub mod confirm_paths;
 pub mod deadline;
 pub mod drain;

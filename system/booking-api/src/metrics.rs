@@ -14,6 +14,7 @@
 //! | `booking_undos_total` | `reason`, `step` | admissions undone before answering |
 //! | `booking_deadline_expired_total` | `route` | answers cut short by the request deadline |
 //! | `booking_request_duration_seconds` | | `POST /bookings` latency |
+//! | `booking_candidate_auth_refusals_total` | `reason` | candidate tokens refused (`401`, [`crate::candidate_auth`]): `missing`, `malformed`, `wrong_algorithm`, `unknown_key`, `bad_signature`, `expired`, `not_yet_valid`, `wrong_issuer`, `wrong_audience`, `wrong_subject` |
 //! | `booking_level_cap`, `booking_level_taken` | `level` | the ledger, read at scrape |
 //! | `booking_sale_open` | | 1 while admissions are open |
 //! | `booking_paid_total` | `path`, `source` | bookings marked PAID by this instance: `path` is `callback`, `webhook` or `reconciler`; `source` is `record` (HELD→PAID) or `copy` (the fast payer's record written from the booking copy) |
@@ -41,6 +42,7 @@
 //! | `booking_redis_pool_waits_total` | `pool` | of which asked for while every connection was in use (the caller waited) |
 //! | `booking_redis_pool_wait_seconds_total` | `pool` | time those callers waited |
 //! | `booking_redis_pool_timeouts_total` | `pool` | of which gave up at the pool's wait bound |
+//! | `booking_admin_refused_total` | `reason` | requests to the admin listener refused: `missing` or `wrong` token, `unconfirmed` production step (counted by the server's admin routes) |
 //! | `booking_aws_calls_total` | `service`, `op` | AWS calls of this process's clients (`--stack aws`; instances of one process share them) by the SDK's service name and the operation, e.g. `SQS`/`SendMessageBatch` |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -117,6 +119,12 @@ one_label!(WorkerLabels, outcome, "What the worker did with a message.");
 one_label!(StateLabels, state, "Where queued messages are.");
 one_label!(OpLabel, op, "A record-store operation kind.");
 one_label!(CallLabels, call, "A token call.");
+one_label!(ReasonLabels, reason, "Why a candidate token was refused.");
+one_label!(
+    RefusedLabels,
+    reason,
+    "Why an admin request was refused: `missing` (no bearer token), `wrong` (a token not accepted), `unconfirmed` (a production step without the sale's confirmation)."
+);
 
 /// The background services' and backends' figures of one instance, as
 /// running totals (counters) and current values (gauges). Every field is
@@ -297,6 +305,8 @@ pub struct ApiMetrics {
     pub deadline_expired: Family<RouteLabels, Counter>,
     /// `POST /bookings` latency, seconds.
     pub latency: Histogram,
+    /// Candidate tokens refused, by reason.
+    pub candidate_auth_refusals: Family<ReasonLabels, Counter>,
     level_cap: Family<LevelLabels, Gauge>,
     level_taken: Family<LevelLabels, Gauge>,
     sale_open: Gauge,
@@ -315,6 +325,8 @@ pub struct ApiMetrics {
     token_calls: Family<CallLabels, Counter>,
     aws_calls: Family<AwsCallLabels, Counter>,
     redis_pools: PoolMetrics,
+    /// Admin requests refused, by reason.
+    pub admin_refused: Family<RefusedLabels, Counter>,
 }
 
 impl Default for ApiMetrics {
@@ -334,6 +346,12 @@ impl ApiMetrics {
         let undos = Family::<UndoLabels, Counter>::default();
         let deadline_expired = Family::<RouteLabels, Counter>::default();
         let latency = Histogram::new(LATENCY_BUCKETS_S);
+        let candidate_auth_refusals = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "candidate_auth_refusals",
+            "Candidate tokens refused (401), by reason",
+            candidate_auth_refusals.clone(),
+        );
         let level_cap = Family::<LevelLabels, Gauge>::default();
         let level_taken = Family::<LevelLabels, Gauge>::default();
         let sale_open = Gauge::default();
@@ -352,6 +370,12 @@ impl ApiMetrics {
         let aws_calls = Family::<AwsCallLabels, Counter>::default();
         let redis_pools = PoolMetrics::default();
         redis_pools.register(&mut registry);
+        let admin_refused = Family::<RefusedLabels, Counter>::default();
+        registry.register(
+            "admin_refused",
+            "Admin requests refused (no or a wrong token, or unconfirmed), by reason",
+            admin_refused.clone(),
+        );
         registry.register(
             "paid",
             "Bookings marked PAID by this instance, by confirm path and source",
@@ -460,6 +484,7 @@ impl ApiMetrics {
             undos,
             deadline_expired,
             latency,
+            candidate_auth_refusals,
             level_cap,
             level_taken,
             sale_open,
@@ -477,6 +502,7 @@ impl ApiMetrics {
             token_calls,
             aws_calls,
             redis_pools,
+            admin_refused,
         }
     }
 
@@ -562,6 +588,13 @@ impl ApiMetrics {
     pub fn outcome(&self, outcome: &'static str) {
         self.admissions
             .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts one refused candidate token.
+    pub fn candidate_auth_refusal(&self, reason: &'static str) {
+        self.candidate_auth_refusals
+            .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 

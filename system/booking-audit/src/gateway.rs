@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use booking::CandidateHash;
+use booking::{CandidateHash, SaleId, parse_invoice};
 use serde::{Deserialize, Serialize};
 
 /// Where a payment stands at the gateway.
@@ -88,6 +88,28 @@ impl GatewayTruth {
     /// The payments that completed.
     pub fn completed(&self) -> impl Iterator<Item = &GatewayPayment> {
         self.payments.iter().filter(|p| p.completed())
+    }
+
+    /// What a deployment's audit judges after a reset: the payments of
+    /// `sale` created at or after `since_ms` (its last reset; 0: never).
+    /// The gateway keeps every payment it ever saw, of every sale and every
+    /// earlier run against it, whose records the reset deleted. A payment
+    /// whose invoice (`<sale>-<candidate>-<ms>`, [`booking::parse_invoice`])
+    /// names another sale, or whose creation is stamped before `since_ms`,
+    /// is left out; one whose invoice or creation time cannot be read is
+    /// kept (it cannot be told apart, and judging it is the safe side). The
+    /// token grants are the gateway's, kept whole.
+    pub fn of_sale_since(&self, sale: &SaleId, since_ms: u64) -> GatewayTruth {
+        let ours = |p: &GatewayPayment| {
+            let of_sale =
+                parse_invoice(&p.merchant_invoice_number).is_none_or(|(s, _, _)| s == *sale);
+            let since = p.created_ms.is_none_or(|c| c >= since_ms);
+            of_sale && since
+        };
+        GatewayTruth {
+            payments: self.payments.iter().filter(|p| ours(p)).cloned().collect(),
+            grants_in_window: self.grants_in_window.clone(),
+        }
     }
 }
 
@@ -202,6 +224,46 @@ pub fn rfc3339_ms(s: &str) -> Option<u64> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_deployments_audit_judges_the_sales_payments_since_its_reset() {
+        let c = CandidateHash::of("x");
+        let payment = |id: &str, invoice: String, created_ms: Option<u64>| GatewayPayment {
+            payment_id: id.into(),
+            state: GatewayState::Completed,
+            candidate: None,
+            app_key: "k".into(),
+            amount_poisha: 1,
+            merchant_invoice_number: invoice,
+            created_ms,
+            executed_ms: None,
+        };
+        let truth = GatewayTruth {
+            payments: vec![
+                payment("before", format!("launch-{c}-1"), Some(999)),
+                payment("at", format!("launch-{c}-2"), Some(1_000)),
+                payment("after", format!("launch-{c}-3"), Some(1_500)),
+                payment("other-sale", format!("encore-{c}-4"), Some(1_500)),
+                payment("unstamped", format!("launch-{c}-5"), None),
+                payment("foreign-invoice", "INV-77".into(), Some(1_500)),
+            ],
+            grants_in_window: Some(BTreeMap::from([("k".to_owned(), 1)])),
+        };
+        let launch = SaleId::parse("launch").unwrap();
+        let judged = truth.of_sale_since(&launch, 1_000);
+        let ids: Vec<&str> = judged
+            .payments
+            .iter()
+            .map(|p| p.payment_id.as_str())
+            .collect();
+        assert_eq!(ids, ["at", "after", "unstamped", "foreign-invoice"]);
+        assert_eq!(judged.grants_in_window, truth.grants_in_window);
+        assert_eq!(
+            truth.of_sale_since(&launch, 0).payments.len(),
+            5,
+            "never reset: every payment of the sale, only the other sale's left out"
+        );
+    }
 
     #[test]
     fn rfc3339_times_read_as_epoch_ms() {

@@ -44,8 +44,8 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use booking::Clock;
 use booking::queue::{
-    Message, Queue, QueueDepth, QueueError, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX, ReceiptHandle,
-    Received, SendOutcome, VISIBILITY_TIMEOUT_MAX,
+    Message, Purged, Queue, QueueDepth, QueueError, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX,
+    ReceiptHandle, Received, SendOutcome, VISIBILITY_TIMEOUT_MAX,
 };
 use booking_streams::{BatchFailure, FailureDestination};
 use parking_lot::Mutex;
@@ -639,6 +639,35 @@ impl Queue for SqsQueue {
             .iter()
             .map(|m| received(m).map(|r| r.message))
             .collect()
+    }
+
+    /// `PurgeQueue` on the admission queue and on its dead-letter queue,
+    /// each only if its counts say it holds something: both are the
+    /// deployment's own (named from its prefix, as its table and status
+    /// document are), so they hold its sale's messages only. The counts are
+    /// the approximate ones read before; SQS deletes within 60 s and takes
+    /// one purge per queue a minute (a second one fails as
+    /// `PurgeQueueInProgress`, reported as unavailable).
+    async fn purge(&self) -> Result<Option<Purged>, QueueError> {
+        let queue = self.counts(&self.queue_url).await?;
+        let dead = self.counts(&self.dead_letter_url).await?;
+        for (url, depth) in [(&self.queue_url, queue), (&self.dead_letter_url, dead)] {
+            if depth.visible + depth.in_flight == 0 {
+                continue;
+            }
+            self.client
+                .purge_queue()
+                .queue_url(url)
+                .send()
+                .await
+                .map_err(|e| queue_error(&Failure::of(&e)))?;
+            tracing::info!(queue = %url, visible = depth.visible, in_flight = depth.in_flight, "queue purged");
+        }
+        Ok(Some(Purged {
+            visible: queue.visible,
+            in_flight: queue.in_flight,
+            dead_letters: dead.visible + dead.in_flight,
+        }))
     }
 }
 

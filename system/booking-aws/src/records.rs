@@ -13,6 +13,9 @@
 //!   expires_at_s, held_bucket` if HELD with the payment: the TTL goes in the
 //!   same step as the payment is recorded;
 //! - delete: `DeleteItem` under the condition, returning what it deleted;
+//! - delete_sale (the ops reset): a consistent `Scan` of the sale's keys
+//!   ([`sale_filter`]), deleted by `BatchWriteItem` 25 at a time, the
+//!   unprocessed items sent again;
 //! - reads: `GetItem` (consistent or not), the `by_payment` GSI, the sparse
 //!   `held_due` GSI one bucket at a time, a consistent `Scan` for the audit;
 //! - owed_emails: a consistent `Scan` filtered on [`owed_filter`], read to
@@ -36,12 +39,14 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, ReturnValue, ReturnValuesOnConditionCheckFailure, WriteRequest,
+};
 use booking::records::{
     BookingRecord, Condition, ConfirmPath, RecordError, RecordStatus, RecordStore, Throttles,
     sort_by_deadline, sort_by_paid, ttl_for_deadline,
 };
-use booking::{CandidateHash, PaymentId};
+use booking::{CandidateHash, PaymentId, SaleId};
 use booking_streams::item::{
     self, BY_PAYMENT_INDEX, DEADLINE, HELD_BUCKET, HELD_DUE_INDEX, KEY, PAYMENT, TTL_ATTRIBUTE,
 };
@@ -635,6 +640,119 @@ impl RecordStore for DynamoRecords {
 
     async fn throttles(&self) -> Result<Throttles, RecordError> {
         Ok(self.throttles.get())
+    }
+
+    /// A consistent `Scan` filtered on the sale ([`sale_filter`]), reading
+    /// the keys only, page by page; each page's keys deleted by
+    /// `BatchWriteItem`, [`BATCH_WRITE_MAX`] a call, its unprocessed items
+    /// sent again after a growing pause (at most [`UNPROCESSED_TRIES_MAX`]
+    /// tries). DynamoDB streams each as a REMOVE without `userIdentity`
+    /// (only its TTL service sets one), which the expiry handler ignores.
+    /// Logs its progress per page.
+    async fn delete_sale(&self, sale: &SaleId) -> Result<u64, RecordError> {
+        let filter = sale_filter(sale);
+        let mut removed = 0u64;
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        for _ in 0..PAGES_MAX {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .filter_expression(&filter.text)
+                .projection_expression("#k")
+                .set_expression_attribute_names(filter.names_map())
+                .set_expression_attribute_values(filter.values_map())
+                .limit(SCAN_PAGE)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.error(&Failure::of(&e), Kind::Read))?;
+            let keys: Vec<HashMap<String, AttributeValue>> = page
+                .items()
+                .iter()
+                .filter_map(|i| {
+                    i.get(KEY)
+                        .map(|k| HashMap::from([(KEY.to_owned(), k.clone())]))
+                })
+                .collect();
+            for chunk in keys.chunks(BATCH_WRITE_MAX) {
+                self.delete_keys(chunk).await?;
+                removed += chunk.len() as u64;
+            }
+            if !keys.is_empty() {
+                tracing::info!(table = %self.table, %sale, removed, "deleting the sale's records");
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Deletes one `BatchWriteItem` takes at most (DynamoDB's limit).
+pub const BATCH_WRITE_MAX: usize = 25;
+/// Tries of one batch's unprocessed items before `delete_sale` gives up.
+pub const UNPROCESSED_TRIES_MAX: u32 = 8;
+
+/// `delete_sale`'s scan filter: the sale's items.
+pub fn sale_filter(sale: &SaleId) -> Expr {
+    Expr {
+        text: "#s = :sale".into(),
+        names: vec![("#s".into(), "sale".into()), ("#k".into(), KEY.into())],
+        values: vec![(":sale".into(), s(sale.as_str()))],
+    }
+}
+
+impl DynamoRecords {
+    /// Deletes these keys (at most [`BATCH_WRITE_MAX`]) in one
+    /// `BatchWriteItem`, sending its unprocessed items again after 50 ms,
+    /// 100 ms, … (throttled partitions answer with unprocessed items).
+    async fn delete_keys(
+        &self,
+        keys: &[HashMap<String, AttributeValue>],
+    ) -> Result<(), RecordError> {
+        let mut requests = Vec::with_capacity(keys.len());
+        for k in keys {
+            let delete = DeleteRequest::builder()
+                .set_key(Some(k.clone()))
+                .build()
+                .map_err(|e| RecordError::Invalid(format!("delete request: {e}")))?;
+            requests.push(WriteRequest::builder().delete_request(delete).build());
+        }
+        let mut pause = std::time::Duration::from_millis(50);
+        for _ in 0..UNPROCESSED_TRIES_MAX {
+            if requests.is_empty() {
+                return Ok(());
+            }
+            let out = self
+                .client
+                .batch_write_item()
+                .request_items(&self.table, std::mem::take(&mut requests))
+                .send()
+                .await
+                .map_err(|e| self.error(&Failure::of(&e), Kind::Write))?;
+            requests = out
+                .unprocessed_items()
+                .and_then(|u| u.get(&self.table))
+                .cloned()
+                .unwrap_or_default();
+            if !requests.is_empty() {
+                tracing::debug!(table = %self.table, unprocessed = requests.len(), "batch delete: unprocessed items again");
+                tokio::time::sleep(pause).await;
+                pause = pause.saturating_mul(2);
+            }
+        }
+        if requests.is_empty() {
+            return Ok(());
+        }
+        Err(RecordError::Unavailable(format!(
+            "{} deletes of table {} still unprocessed after {UNPROCESSED_TRIES_MAX} tries",
+            requests.len(),
+            self.table
+        )))
     }
 }
 

@@ -10,6 +10,9 @@
 //!   taken effect.
 //! - Other HTTP errors and unreadable bodies are [`GatewayError::Unavailable`];
 //!   HTTP 401/403 mean the token was refused.
+//! - An answer's body is read up to [`ANSWER_BYTES_MAX`]; a longer one is
+//!   unreadable ([`GatewayError::Unavailable`], so an execute is followed by
+//!   its query, as after any answer that could not be read).
 
 use std::time::Duration;
 
@@ -69,6 +72,10 @@ pub struct BkashConfig {
     /// query after a timeout.
     pub query_reserve: Duration,
 }
+
+/// The largest gateway answer read: bKash's answers are JSON objects of a
+/// few hundred bytes (a payment status with every field is under 2 KiB).
+pub const ANSWER_BYTES_MAX: usize = 64 * 1024;
 
 /// The default [`BkashConfig::query_reserve`]: 2 s of a request's 8 s.
 pub const QUERY_RESERVE: Duration = Duration::from_secs(2);
@@ -148,7 +155,13 @@ impl BkashClient {
                     message: format!("HTTP {}", status.as_u16()),
                 });
             }
-            let bytes = resp.bytes().await.map_err(transport)?;
+            let bytes = match crate::capped::read_capped(resp, ANSWER_BYTES_MAX).await {
+                Ok(b) => b,
+                Err(crate::capped::CappedError::Read(e)) => return Err(transport(e)),
+                Err(e @ crate::capped::CappedError::TooLarge { .. }) => {
+                    return Err(GatewayError::Unavailable(e.to_string()));
+                }
+            };
             if !status.is_success() {
                 return Err(GatewayError::Unavailable(format!(
                     "HTTP {}",

@@ -687,6 +687,73 @@ pub async fn oldest_age_is_the_oldest_undeleted_message_in_flight_or_not(
     assert_eq!(age(q).await, None);
 }
 
+/// The ops reset's purge: every message, waiting or in flight, and every
+/// dead letter goes, counted; a receipt of a purged message is refused, and
+/// the queue takes and delivers new messages as before.
+pub async fn purge_empties_the_queue_and_the_dead_letter_queue(fixture: &dyn QueueFixture) {
+    const CASE: &str = "purge_empties_the_queue_and_the_dead_letter_queue";
+    let config = QueueConfig {
+        receives_max: 2,
+        visibility_timeout: Duration::from_secs(1),
+        ..QueueConfig::default()
+    };
+    let capabilities = fixture.capabilities();
+    let q = fixture.queue(config).await;
+    // a dead letter: received twice, its visibility then set to zero
+    send(&*q, msg("dddd", "d1")).await;
+    assert_eq!(receive(&*q, 1, WAIT).await.len(), 1);
+    fixture.advance(Duration::from_secs(1)).await;
+    let second = receive(&*q, 1, WAIT).await;
+    assert_eq!(second.len(), 1);
+    q.change_visibility(&second[0].receipt, Duration::ZERO)
+        .await
+        .expect("change visibility");
+    assert!(receive(&*q, 1, NO_WAIT).await.is_empty());
+    assert_eq!(q.dead_letters().await.expect("dead letters").len(), 1);
+    // one in flight, two waiting
+    send(&*q, msg("aaaa", "a1")).await;
+    send(&*q, msg("aaaa", "a2")).await;
+    send(&*q, msg("bbbb", "b1")).await;
+    let held = receive(&*q, 1, WAIT).await.remove(0);
+    assert_eq!(held.message, msg("aaaa", "a1"));
+    assert_eq!(
+        depth(&*q).await,
+        QueueDepth {
+            visible: 2,
+            in_flight: 1
+        }
+    );
+
+    let purged = q.purge().await.expect("purge").expect("the adapter purges");
+    assert_eq!(
+        purged,
+        booking::queue::Purged {
+            visible: 2,
+            in_flight: 1,
+            dead_letters: 1
+        }
+    );
+    assert_eq!(depth(&*q).await, QueueDepth::default());
+    assert!(q.dead_letters().await.expect("dead letters").is_empty());
+    assert!(receive(&*q, 1, NO_WAIT).await.is_empty());
+    if capabilities.stale_receipts_refused {
+        assert_eq!(
+            q.delete(&held.receipt).await,
+            Err(QueueError::InvalidReceipt),
+            "the worker's receipt died with its message"
+        );
+    } else {
+        skipped(CASE, "the purged message's receipt refused");
+    }
+
+    send(&*q, msg("cccc", "c1")).await;
+    let next = receive(&*q, 1, WAIT).await;
+    assert_eq!(next.len(), 1, "the queue carries on");
+    assert_eq!(next[0].message, msg("cccc", "c1"));
+    assert_eq!(next[0].receive_count, 1);
+    q.delete(&next[0].receipt).await.expect("delete");
+}
+
 /// One `#[tokio::test]` per case of the queue contract, each over the
 /// fixture `$fixture` (an expression, evaluated in the test's runtime; it
 /// may `.await`), which implements [`QueueFixture`].
@@ -707,6 +774,7 @@ macro_rules! queue_contract {
             [tokio::test] a_long_poll_wakes_when_a_delete_unblocks_the_group,
             [tokio::test] receive_limits_are_sqs_limits,
             [tokio::test] oldest_age_is_the_oldest_undeleted_message_in_flight_or_not,
+            [tokio::test] purge_empties_the_queue_and_the_dead_letter_queue,
         );
     };
 }

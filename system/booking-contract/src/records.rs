@@ -6,8 +6,9 @@
 //! one confirm path only, the email latch, the reconciler's updates and its
 //! guarded delete, the invariants refused before a write, the payment index,
 //! the due-holds query, the audit's scan, the worker's conflict
-//! classification on real reads, and the TTL service deleting expired holds
-//! only.
+//! classification on real reads, the TTL service deleting expired holds
+//! only, and the ops reset's `delete_sale` (one sale's records and their
+//! index entries gone, as application deletes on the stream).
 //!
 //! An adapter's test file implements [`RecordsFixture`] and writes
 //! `booking_contract::records_contract!(make_fixture);` where
@@ -170,6 +171,7 @@ macro_rules! records_contract {
             a_stale_record_is_replaced_so_the_new_payment_can_be_marked_paid,
             the_ttl_service_deletes_expired_holds_only,
             no_throttles_without_a_configured_rate,
+            delete_sale_removes_that_sales_records_and_nothing_else,
         );
     };
 }
@@ -941,4 +943,93 @@ pub async fn no_throttles_without_a_configured_rate(f: &dyn RecordsFixture) {
     }
     assert_eq!(s.scan_all().await.unwrap().len(), 100);
     assert_eq!(s.throttles().await.unwrap().total(), 0);
+}
+
+/// The ops reset's clear: `delete_sale` deletes every record of the sale,
+/// HELD and PAID, with their index entries (payment, due holds, owed
+/// emails), leaves another sale's records alone, and shows each deletion on
+/// the stream as an application REMOVE (no TTL identity: the expiry handler
+/// must not release a seat for it). A second call finds nothing.
+pub async fn delete_sale_removes_that_sales_records_and_nothing_else(f: &dyn RecordsFixture) {
+    let (s, t0) = (f.records(), f.now_ms());
+    let launch = SaleId::parse("launch").unwrap();
+    let encore = SaleId::parse("encore").unwrap();
+    let of_encore = |r: BookingRecord| BookingRecord {
+        sale: encore.clone(),
+        ..r
+    };
+    // launch: a due hold, a PAID record whose email is owed, a PAID one
+    // emailed; encore: a due hold and a PAID record whose email is owed
+    let past = t0 - 3 * HOLD_MS;
+    s.put(held_for("a", "P1", past, HOLD_MS), Condition::NotExists)
+        .await
+        .unwrap();
+    s.put(held("b", "P2", t0), Condition::NotExists)
+        .await
+        .unwrap();
+    s.mark_paid(&cand("b"), &pay("P2"), ConfirmPath::Webhook, t0 + 1)
+        .await
+        .unwrap();
+    s.put(held("c", "P3", t0), Condition::NotExists)
+        .await
+        .unwrap();
+    s.mark_paid(&cand("c"), &pay("P3"), ConfirmPath::Callback, t0 + 2)
+        .await
+        .unwrap();
+    s.mark_emailed(&cand("c"), &pay("P3")).await.unwrap();
+    let d = of_encore(held_for("d", "P4", past, HOLD_MS));
+    s.put(d.clone(), Condition::NotExists).await.unwrap();
+    s.put(of_encore(held("e", "P5", t0)), Condition::NotExists)
+        .await
+        .unwrap();
+    let e = s
+        .mark_paid(&cand("e"), &pay("P5"), ConfirmPath::Webhook, t0 + 3)
+        .await
+        .unwrap();
+    let written = read_n(f.stream(), 0, 9).await;
+    assert!(written.len() >= 9, "nine writes on the stream: {written:?}");
+    let position = written.last().unwrap().sequence;
+
+    assert_eq!(s.delete_sale(&launch).await.unwrap(), 3, "a, b and c");
+    f.settle().await;
+    let mut left = vec![d.clone(), e.clone()];
+    left.sort_by(|x, y| x.candidate.cmp(&y.candidate));
+    assert_eq!(s.scan_all().await.unwrap(), left, "encore's records stay");
+    for c in ["a", "b", "c"] {
+        assert_eq!(s.get(&cand(c), true).await.unwrap(), None, "{c}");
+    }
+    for p in ["P1", "P2", "P3"] {
+        assert_eq!(s.by_payment(&pay(p)).await.unwrap(), None, "{p} forgotten");
+    }
+    assert_eq!(s.by_payment(&pay("P5")).await.unwrap(), Some(e.clone()));
+    assert_eq!(
+        s.held_due(u64::MAX, 10).await.unwrap(),
+        vec![d],
+        "launch's due hold is gone"
+    );
+    assert_eq!(
+        s.owed_emails(u64::MAX, 10).await.unwrap(),
+        vec![e],
+        "launch's owed email is gone"
+    );
+
+    let removals = read_n(f.stream(), position, 3).await;
+    assert_eq!(removals.len(), 3, "one REMOVE per record: {removals:?}");
+    let mut gone: Vec<CandidateHash> = Vec::new();
+    for r in &removals {
+        assert_eq!(r.kind, StreamKind::Remove);
+        assert!(
+            !r.is_ttl_removal() && r.user_identity.is_none(),
+            "an application delete, not the TTL service's: {r:?}"
+        );
+        let old = r.old.as_ref().unwrap();
+        assert_eq!(old.sale, launch);
+        gone.push(old.candidate.clone());
+    }
+    gone.sort();
+    let mut want = vec![cand("a"), cand("b"), cand("c")];
+    want.sort();
+    assert_eq!(gone, want);
+
+    assert_eq!(s.delete_sale(&launch).await.unwrap(), 0, "nothing left");
 }

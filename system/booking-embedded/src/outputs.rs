@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use booking::PaymentId;
 use booking::clock::{Clock, SystemClock};
 use booking::notify::{
-    Alert, Alerts, Confirmation, Mailer, NotifyError, OutputLog, StatusSink, StatusWrite,
+    Alert, Alerts, Confirmation, Mailer, NotifyError, OutputLog, OutputsCleared, StatusSink,
+    StatusWrite,
 };
+use booking::{PaymentId, SaleId};
 use parking_lot::Mutex;
 
 /// One overwrite of the document.
@@ -69,6 +70,12 @@ impl ObjectSink {
     /// While set, `put` and `get` fail with [`NotifyError::Unavailable`].
     pub fn set_unavailable(&self, unavailable: bool) {
         self.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// Forgets every write (the current document with them); returns how
+    /// many there were.
+    pub fn clear(&self) -> usize {
+        std::mem::take(&mut *self.writes.lock()).len()
     }
 
     fn check(&self) -> Result<(), NotifyError> {
@@ -126,6 +133,14 @@ impl OutboxMailer {
             .count()
     }
 
+    /// Forgets the emails of `sale`; returns how many there were.
+    pub fn clear_sale(&self, sale: &SaleId) -> usize {
+        let mut outbox = self.outbox.lock();
+        let before = outbox.len();
+        outbox.retain(|c| c.sale != *sale);
+        before - outbox.len()
+    }
+
     /// While set, `send` fails with [`NotifyError::Unavailable`] and nothing
     /// is appended.
     pub fn set_unavailable(&self, unavailable: bool) {
@@ -159,6 +174,11 @@ impl AlertLog {
     /// Every alert so far, oldest first.
     pub fn raised(&self) -> Vec<Alert> {
         self.alerts.lock().clone()
+    }
+
+    /// Forgets every alert; returns how many there were.
+    pub fn clear(&self) -> usize {
+        std::mem::take(&mut *self.alerts.lock()).len()
     }
 
     /// The alerts of one kind, oldest first.
@@ -213,5 +233,15 @@ impl OutputLog for EmbeddedOutputs {
                 document: w.document,
             })
             .collect())
+    }
+
+    /// The sale's mail; every alert and status write (a process's embedded
+    /// outputs serve the one sale its instances run: alerts name no sale).
+    async fn clear_sale(&self, sale: &SaleId) -> Result<Option<OutputsCleared>, NotifyError> {
+        Ok(Some(OutputsCleared {
+            mail: self.mailer.clear_sale(sale) as u64,
+            alerts: self.alerts.clear() as u64,
+            status_writes: self.sink.clear() as u64,
+        }))
     }
 }

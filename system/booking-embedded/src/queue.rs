@@ -26,8 +26,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use booking::clock::{Clock, SystemClock};
 use booking::queue::{
-    Message, Queue, QueueDepth, QueueError, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX, ReceiptHandle,
-    Received, SendOutcome, VISIBILITY_TIMEOUT_MAX,
+    Message, Purged, Queue, QueueDepth, QueueError, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX,
+    ReceiptHandle, Received, SendOutcome, VISIBILITY_TIMEOUT_MAX,
 };
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -377,5 +377,27 @@ impl Queue for EmbeddedQueue {
 
     async fn dead_letters(&self) -> Result<Vec<Message>, QueueError> {
         Ok(self.with_state(|state, _| state.dead.clone()))
+    }
+
+    /// Empties the queue, the dead-letter queue and the deduplication
+    /// window; the message and receipt numbers go on, so no receipt a
+    /// worker still holds names a later message.
+    async fn purge(&self) -> Result<Option<Purged>, QueueError> {
+        let purged = self.with_state(|state, _| {
+            let in_flight = state.in_flight.len() as u64;
+            let purged = Purged {
+                visible: state.messages.len() as u64 - in_flight,
+                in_flight,
+                dead_letters: state.dead.len() as u64,
+            };
+            *state = State {
+                next_seq: state.next_seq,
+                next_receipt: state.next_receipt,
+                ..State::default()
+            };
+            purged
+        });
+        self.changed.notify_waiters();
+        Ok(Some(purged))
     }
 }

@@ -27,9 +27,12 @@ use booking::records::{
     StreamKind, StreamRecord, Throttles, UserIdentity, sort_by_deadline, sort_by_paid,
     ttl_for_deadline,
 };
-use booking::{Bug, Bugs, CandidateHash, PaymentId};
+use booking::{Bug, Bugs, CandidateHash, PaymentId, SaleId};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+
+/// Records `delete_sale` deletes under one hold of the lock.
+pub const DELETE_SALE_BATCH: usize = 1_000;
 
 /// Stream records kept by default (DynamoDB keeps 24 hours' worth).
 pub const STREAM_RETAINED_MAX: usize = 1 << 20;
@@ -657,6 +660,36 @@ impl RecordStore for EmbeddedRecords {
 
     async fn throttles(&self) -> Result<Throttles, RecordError> {
         Ok(self.table.lock().throttles)
+    }
+
+    /// Deletes the sale's records [`DELETE_SALE_BATCH`] at a time, each
+    /// batch under the lock at once (costs no throughput, as the TTL sweep),
+    /// each deletion an application REMOVE on the stream.
+    async fn delete_sale(&self, sale: &SaleId) -> Result<u64, RecordError> {
+        let mut removed = 0u64;
+        loop {
+            let now_ms = self.clock.now_ms();
+            let deleted = {
+                let mut table = self.table.lock();
+                let batch: Vec<CandidateHash> = table
+                    .items
+                    .iter()
+                    .filter(|(_, item)| item.current().is_some_and(|r| r.sale == *sale))
+                    .map(|(c, _)| c.clone())
+                    .take(DELETE_SALE_BATCH)
+                    .collect();
+                for c in &batch {
+                    self.commit(&mut table, now_ms, c, None);
+                }
+                batch.len()
+            };
+            removed += deleted as u64;
+            if deleted < DELETE_SALE_BATCH {
+                return Ok(removed);
+            }
+            tracing::info!(%sale, removed, "deleting the sale's records");
+            tokio::task::yield_now().await;
+        }
     }
 }
 

@@ -319,6 +319,18 @@ impl BackOffice {
         Ok(row.as_ref().map(row_of))
     }
 
+    /// Deletes every row of `sale` (a reset: the records they copy are
+    /// deleted too); how many.
+    pub async fn delete_sale(&self, sale: &SaleId) -> Result<u64, BackOfficeError> {
+        let client = self.client().await?;
+        Ok(client
+            .execute(
+                "DELETE FROM paid_bookings WHERE sale = $1",
+                &[&sale.as_str()],
+            )
+            .await?)
+    }
+
     /// Drops the schema and everything in it (tests clean up with it).
     pub async fn drop_schema(&self) -> Result<(), BackOfficeError> {
         let client = self.client().await?;

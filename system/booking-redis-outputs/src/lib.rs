@@ -54,7 +54,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use booking::clock::Clock;
 use booking::notify::{
-    Alert, Alerts, Confirmation, Mailer, NotifyError, OutputLog, StatusSink, StatusWrite,
+    Alert, Alerts, Confirmation, Mailer, NotifyError, OutputLog, OutputsCleared, StatusSink,
+    StatusWrite,
 };
 use booking::{Bugs, SaleId};
 use booking_redis::keys::{KeyPrefix, sale_key};
@@ -86,6 +87,7 @@ pub enum ConnectError {
 /// The four keys of one sale's outputs.
 #[derive(Debug, Clone)]
 struct Keys {
+    sale: SaleId,
     mail: String,
     alerts: String,
     status: String,
@@ -95,6 +97,7 @@ struct Keys {
 impl Keys {
     fn new(prefix: &KeyPrefix, sale: &SaleId) -> Keys {
         Keys {
+            sale: sale.clone(),
             mail: sale_key(prefix, sale, "outputs:mail"),
             alerts: sale_key(prefix, sale, "outputs:alerts"),
             status: sale_key(prefix, sale, "outputs:status"),
@@ -325,6 +328,37 @@ impl OutputLog for RedisOutputs {
             }
         }
         Ok(writes)
+    }
+
+    /// [`RedisOutputs::clear`], counted, in one `MULTI`: the keys are the
+    /// sale's own. Another sale's outputs live under other keys: nothing
+    /// of theirs is here to clear.
+    async fn clear_sale(&self, sale: &SaleId) -> Result<Option<OutputsCleared>, NotifyError> {
+        if *sale != self.keys.sale {
+            return Ok(Some(OutputsCleared::default()));
+        }
+        let mut conn = self.conn().await?;
+        let (mail, alerts, status_writes, _): (u64, u64, u64, u64) = redis::pipe()
+            .atomic()
+            .cmd("LLEN")
+            .arg(&self.keys.mail)
+            .cmd("LLEN")
+            .arg(&self.keys.alerts)
+            .cmd("LLEN")
+            .arg(&self.keys.status_writes)
+            .cmd("DEL")
+            .arg(&self.keys.mail)
+            .arg(&self.keys.alerts)
+            .arg(&self.keys.status)
+            .arg(&self.keys.status_writes)
+            .query_async(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(Some(OutputsCleared {
+            mail,
+            alerts,
+            status_writes,
+        }))
     }
 }
 

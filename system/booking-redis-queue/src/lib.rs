@@ -76,7 +76,9 @@
 //! `q:dedup` holds every (group, ID) of the last window: at 2,000 sends/s
 //! and the 5-minute window about 600,000 members, some tens of MB, trimmed
 //! by every script. Messages are kept until deleted or dead-lettered (no
-//! retention period); `q:dead` is kept until someone clears it.
+//! retention period); `q:dead` is kept until someone clears it: the ops
+//! reset's `purge` (`lua/purge.lua`) deletes every key but `q:ids`, whose
+//! numbers go on so no receipt still held names a later message.
 //!
 //! A receive pops the oldest ready group (`ZPOPMIN q:ready`), takes its
 //! consecutive visible messages from the head, and leaves the group out of

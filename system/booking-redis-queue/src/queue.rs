@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use booking::clock::Clock;
 use booking::queue::{
-    Message, Queue, QueueConfig, QueueDepth, QueueError, RECEIVE_BATCH_MAX, RECEIVE_WAIT_MAX,
-    ReceiptHandle, Received, SendOutcome, VISIBILITY_TIMEOUT_MAX,
+    Message, Purged, Queue, QueueConfig, QueueDepth, QueueError, RECEIVE_BATCH_MAX,
+    RECEIVE_WAIT_MAX, ReceiptHandle, Received, SendOutcome, VISIBILITY_TIMEOUT_MAX,
 };
 use booking::{Bugs, SaleId};
 use booking_redis::keys::{KeyPrefix, sale_key};
@@ -347,6 +347,27 @@ impl Queue for RedisQueue {
             .into_iter()
             .map(|json| wire::read_message_json(&wire::bytes(json)?))
             .collect()
+    }
+
+    /// One script (`lua/purge.lua`): the sale's queue is its own keys, so
+    /// all of it goes, and no other sale's.
+    async fn purge(&self) -> Result<Option<Purged>, QueueError> {
+        let answer = self.run(&self.call(&self.scripts.purge)).await?;
+        let mut counts = Vec::with_capacity(3);
+        for v in wire::array(answer)? {
+            counts.push(u64::try_from(wire::int(v)?).unwrap_or(0));
+        }
+        let [visible, in_flight, dead_letters] = counts[..] else {
+            return Err(QueueError::Unavailable(format!(
+                "purge answered {} counts, not 3",
+                counts.len()
+            )));
+        };
+        Ok(Some(Purged {
+            visible,
+            in_flight,
+            dead_letters,
+        }))
     }
 }
 

@@ -16,6 +16,7 @@ pub(crate) struct Scripts {
     pub(crate) change_visibility: Script,
     pub(crate) stats: Script,
     pub(crate) dead_letters: Script,
+    pub(crate) purge: Script,
 }
 
 impl Scripts {
@@ -27,10 +28,11 @@ impl Scripts {
             change_visibility: lua_script!("change_visibility.lua"),
             stats: lua_script!("stats.lua"),
             dead_letters: lua_script!("dead_letters.lua"),
+            purge: lua_script!("purge.lua"),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 6] {
+    pub(crate) fn all(&self) -> [&Script; 7] {
         [
             &self.send,
             &self.receive,
@@ -38,6 +40,7 @@ impl Scripts {
             &self.change_visibility,
             &self.stats,
             &self.dead_letters,
+            &self.purge,
         ]
     }
 }

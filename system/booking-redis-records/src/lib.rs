@@ -30,6 +30,12 @@
 //! | `<prefix>:{sale:<id>}:records:stream` | stream | one entry per change, id `<sequence>-0`: `kind`, `at` (ms), `old`/`new` images (JSON of the fields), `who` = `ttl` on the TTL service's removals | the change stream, trimmed to `stream_retained_max` entries in the writing script |
 //! | `<prefix>:{sale:<id>}:records:seq` | string | the last sequence written | the stream's positions: `INCR`ed by the writing script, so strictly increasing in write order |
 //!
+//! The ops reset's `delete_sale` pages through `records:all` and deletes
+//! each record of the sale with `lua/sale_delete.lua` (one script per
+//! record, pipelined per page): the indexes follow, the stream shows an
+//! application REMOVE (no `who`), and the stream and its sequence stay, so
+//! a handler's position remains valid.
+//!
 //! Scores are doubles: times are exact up to 2^53 ms.
 //!
 //! # What differs from DynamoDB, and why it does not matter
@@ -689,6 +695,74 @@ impl RecordStore for RedisRecords {
             records.extend(self.records_of(&page).await?);
             if page.len() < READ_BATCH_MAX {
                 return Ok(records);
+            }
+            after = page.last().cloned();
+        }
+    }
+
+    /// Pages through the candidates by name as `scan_all` does; each page is
+    /// one pipeline of `lua/sale_delete.lua` calls, one per candidate (each
+    /// its own atomic script, given all its keys: cluster-safe), which
+    /// delete the records of `sale` with their index entries and stream an
+    /// application REMOVE for each. Logs its progress per page.
+    async fn delete_sale(&self, sale: &SaleId) -> Result<u64, RecordError> {
+        let script = &self.scripts.sale_delete;
+        let mut removed = 0u64;
+        let mut after: Option<String> = None;
+        loop {
+            let mut conn = self.conn().await?;
+            let page: Vec<String> = redis::cmd("ZRANGEBYLEX")
+                .arg(&self.keys.all)
+                .arg(
+                    after
+                        .as_ref()
+                        .map_or_else(|| "-".to_owned(), |c| format!("({c}")),
+                )
+                .arg("+")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(READ_BATCH_MAX)
+                .query_async(&mut *conn)
+                .await
+                .map_err(record_error)?;
+            if page.is_empty() {
+                return Ok(removed);
+            }
+            // a server that lost its scripts gets this one again first
+            script
+                .prepare_invoke()
+                .load_async(&mut *conn)
+                .await
+                .map_err(record_error)?;
+            let now_ms = self.clock.now_ms();
+            let mut pipe = redis::pipe();
+            for c in &page {
+                pipe.cmd("EVALSHA")
+                    .arg(script.get_hash())
+                    .arg(8)
+                    .arg(self.keys.record(c))
+                    .arg(&self.keys.payments)
+                    .arg(&self.keys.held)
+                    .arg(&self.keys.ttl)
+                    .arg(&self.keys.all)
+                    .arg(&self.keys.stream)
+                    .arg(&self.keys.seq)
+                    .arg(&self.keys.owed)
+                    .arg(c)
+                    .arg(now_ms)
+                    .arg(self.config.stream_retained_max.max(1))
+                    .arg(sale.as_str());
+            }
+            let replies: Vec<Vec<String>> =
+                pipe.query_async(&mut *conn).await.map_err(record_error)?;
+            drop(conn);
+            removed += replies
+                .iter()
+                .filter(|r| r.first().is_some_and(|ok| ok == "OK"))
+                .count() as u64;
+            tracing::info!(%sale, removed, "deleting the sale's records");
+            if page.len() < READ_BATCH_MAX {
+                return Ok(removed);
             }
             after = page.last().cloned();
         }

@@ -17,6 +17,7 @@ pub(crate) struct Scripts {
     pub(crate) query_failures: Script,
     pub(crate) delete: Script,
     pub(crate) ttl_delete: Script,
+    pub(crate) sale_delete: Script,
 }
 
 impl Scripts {
@@ -29,10 +30,11 @@ impl Scripts {
             query_failures: lua_script!("query_failures.lua"),
             delete: lua_script!("delete.lua"),
             ttl_delete: lua_script!("ttl_delete.lua"),
+            sale_delete: lua_script!("sale_delete.lua"),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 7] {
+    pub(crate) fn all(&self) -> [&Script; 8] {
         [
             &self.put,
             &self.mark_paid,
@@ -41,6 +43,7 @@ impl Scripts {
             &self.query_failures,
             &self.delete,
             &self.ttl_delete,
+            &self.sale_delete,
         ]
     }
 }

@@ -6,7 +6,9 @@
 //! its paid mark (else its hold); this sale's records; the queue's depth and
 //! dead letters; the record store's throttles; the outbox; the status
 //! document now and every write since the last reset; the back office on
-//! the AWS stack with PostgreSQL; the gateway's truth when given. Alerts are
+//! the AWS stack with PostgreSQL; the gateway's truth when given, cut to
+//! this sale's payments created since its last reset
+//! (`GatewayTruth::of_sale_since`). Alerts are
 //! not read: the server's audit never judged them (the virtual-time sale
 //! does), and the rehearsal raises expected ones.
 
@@ -35,6 +37,9 @@ pub async fn gather(
     let stack = &server.stack;
     let sale = &stack.sale;
     let counters = stack.ledger.counters(sale).await?;
+    // the gateway's payments of this sale since its reset: an earlier run's
+    // are not this run's to judge (their records went with the reset)
+    let reset_at_ms = server.reset_at_ms().await?;
     let records = sale_records(server).await?;
     let mut marks = BTreeMap::new();
     for r in &records {
@@ -74,7 +79,7 @@ pub async fn gather(
             document: current_document(server).await?,
         }),
         landed: Some(landed(server).await?),
-        gateway: gateway.cloned(),
+        gateway: gateway.map(|g| g.of_sale_since(sale, reset_at_ms)),
         hold_ms: stack.settings.hold.as_millis() as u64,
         back_office,
         records,

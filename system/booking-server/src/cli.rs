@@ -4,11 +4,19 @@
 //! ```text
 //! booking serve [--config FILE] [flags] [--drain-notice-ms MS] [--drain-grace-ms MS]
 //! booking provision [--config FILE] [flags] [--allow-unsupported]   # AWS resources or Redis persistence check + back-office schema
-//! booking [--server URL] [--token T] reset
-//! booking [--server URL] load-candidates FILE   # one id or hash per line, or a JSON list; - for stdin
-//! booking [--server URL] open | close | status
-//! booking [--server URL] audit                # exit status 1 if an invariant failed
+//! booking [--server-config FILE | --server URL] [--token T] [--confirm SALE] reset
+//! booking [--server-config FILE | --server URL] load-candidates FILE   # one id or hash per line, or a JSON list; - for stdin
+//! booking [--server-config FILE | --server URL] open | close | status
+//! booking [--server-config FILE | --server URL] audit                # exit status 1 if an invariant failed
 //! ```
+//!
+//! The ops subcommands talk to the instance's admin listener: `--server`,
+//! else `http://<admin_listen>` of the server's own configuration
+//! (`--server-config`, or `SELLOUT_CONFIG` as `serve` reads it), else
+//! [`ADMIN_LISTEN_DEFAULT`](crate::admin_settings::ADMIN_LISTEN_DEFAULT);
+//! the token is `--token` (`SELLOUT_ADMIN_TOKEN`), else the
+//! configuration's current one. On a production sale `reset`,
+//! `load-candidates` and `close` need `--confirm SALE`.
 //!
 //! Every subcommand takes `--log-format text|json` (`service_main`).
 
@@ -27,14 +35,19 @@ use crate::ops;
     about = "The sellout booking server and its ops steps"
 )]
 pub struct Cli {
-    /// A running instance (for the ops subcommands).
-    #[arg(
-        long,
-        global = true,
-        env = "SELLOUT_SERVER",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub server: String,
+    /// A running instance's admin listener (for the ops subcommands);
+    /// default: the `admin_listen` of `--server-config`, else
+    /// http://127.0.0.1:8081.
+    #[arg(long, global = true, env = "SELLOUT_SERVER")]
+    pub server: Option<String>,
+    /// The server's configuration file: the ops subcommands take the admin
+    /// listener's address and token from it.
+    #[arg(long, global = true, env = "SELLOUT_CONFIG")]
+    pub server_config: Option<PathBuf>,
+    /// Confirm a production `reset`, `load-candidates` or `close` by naming
+    /// the sale (sent as the `X-Confirm-Sale` header).
+    #[arg(long, global = true, value_name = "SALE")]
+    pub confirm: Option<String>,
     /// Bearer token for the /ops/ routes.
     #[arg(
         long,
@@ -164,15 +177,53 @@ pub async fn run_provision(serve: &ServeArgs, allow_unsupported: bool) -> anyhow
     Ok(())
 }
 
-/// Sends one ops request (with the token, if any): its status and JSON
-/// answer.
+/// Where the ops subcommands go: the admin listener's base URL and the
+/// token, from the flags, else the server's configuration (module docs).
+pub fn admin_target(cli: &Cli) -> anyhow::Result<(String, Option<String>)> {
+    let from_config = match &cli.server_config {
+        Some(path) => {
+            let config = crate::config::ServerConfig::from_file(path)?;
+            Some(
+                config
+                    .admin()
+                    .client()
+                    .with_context(|| format!("the admin settings of {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let base = match (&cli.server, &from_config) {
+        (Some(s), _) => s.trim_end_matches('/').to_owned(),
+        (None, Some((url, _))) => url.clone(),
+        (None, None) => format!("http://{}", crate::admin_settings::ADMIN_LISTEN_DEFAULT),
+    };
+    let token = cli
+        .token
+        .clone()
+        .or_else(|| from_config.and_then(|(_, t)| t));
+    Ok((base, token))
+}
+
+/// What every ops request carries: the token and the confirmation.
+#[derive(Debug, Clone, Copy)]
+struct Creds<'a> {
+    token: Option<&'a str>,
+    confirm: Option<&'a str>,
+}
+
+/// Sends one ops request (with the token and confirmation, if any): its
+/// status and JSON answer.
 async fn call(
     request: reqwest::RequestBuilder,
-    token: Option<&str>,
+    creds: Creds<'_>,
     base: &str,
 ) -> anyhow::Result<(reqwest::StatusCode, serde_json::Value)> {
-    let request = match token {
+    let request = match creds.token {
         Some(t) => request.bearer_auth(t),
+        None => request,
+    };
+    let request = match creds.confirm {
+        Some(sale) => request.header(crate::admin_settings::CONFIRM_HEADER, sale),
         None => request,
     };
     let resp = request
@@ -201,7 +252,7 @@ fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
 async fn load_candidates(
     http: &reqwest::Client,
     base: &str,
-    token: Option<&str>,
+    creds: Creds<'_>,
     file: &std::path::Path,
 ) -> anyhow::Result<bool> {
     let text = if file.as_os_str() == "-" {
@@ -219,7 +270,7 @@ async fn load_candidates(
             .post(format!("{base}/ops/load-candidates"))
             .header(reqwest::header::CONTENT_TYPE, "text/plain")
             .body(body);
-        let (status, answer) = call(request, token, base).await?;
+        let (status, answer) = call(request, creds, base).await?;
         if !status.is_success() {
             print_json(&answer)?;
             bail!(
@@ -233,10 +284,16 @@ async fn load_candidates(
     Ok(true)
 }
 
-/// Runs an ops subcommand against `cli.server`, printing the JSON answer.
-/// Returns whether the step succeeded (for `audit`: every invariant held).
+/// Runs an ops subcommand against the admin listener ([`admin_target`]),
+/// printing the JSON answer. Returns whether the step succeeded (for
+/// `audit`: every invariant held).
 pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
-    let base = cli.server.trim_end_matches('/');
+    let (base, token) = admin_target(cli)?;
+    let base = base.as_str();
+    let creds = Creds {
+        token: token.as_deref(),
+        confirm: cli.confirm.as_deref(),
+    };
     let http = reqwest::Client::new();
     let request = match &cli.command {
         Command::Serve { .. } | Command::Provision { .. } => bail!("not an ops step"),
@@ -251,11 +308,11 @@ pub async fn run_ops(cli: &Cli) -> anyhow::Result<bool> {
             action: EmailsAction::Resend,
         } => http.post(format!("{base}/ops/emails/resend")),
         Command::LoadCandidates { file } => {
-            return load_candidates(&http, base, cli.token.as_deref(), file).await;
+            return load_candidates(&http, base, creds, file).await;
         }
         Command::Audit => http.get(format!("{base}/ops/audit")),
     };
-    let (status, body) = call(request, cli.token.as_deref(), base).await?;
+    let (status, body) = call(request, creds, base).await?;
     print_json(&body)?;
     if !status.is_success() {
         bail!("{base} answered {status}");

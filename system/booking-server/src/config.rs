@@ -359,8 +359,22 @@ pub struct ServerConfig {
     pub settings: Settings,
     /// Prefix of every coordination and Redis key.
     pub key_prefix: String,
-    /// When set, the `/ops/` routes require `Authorization: Bearer <token>`.
+    /// Where the `/ops/` routes are served (their own listener; the public
+    /// one does not serve them): loopback by default
+    /// ([`crate::admin_settings::ADMIN_LISTEN_DEFAULT`]). Any other address
+    /// needs a token.
+    pub admin_listen: SocketAddr,
+    /// When set, the `/ops/` routes require `Authorization: Bearer <token>`
+    /// (also `--admin-token`, `SELLOUT_ADMIN_TOKEN`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<String>,
+    /// A second token accepted while `admin_token` is rotated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token_previous: Option<String>,
+    /// A file of admin tokens, one per line, the current one first (at most
+    /// two in all, with `admin_token` and `admin_token_previous`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<PathBuf>,
     /// Production (the default) refuses the bug zoo's switches
     /// (`settings.bugs`); only a rehearsal may switch a bug back on.
     pub environment: Environment,
@@ -372,6 +386,11 @@ pub struct ServerConfig {
     pub mail: MailConfig,
     /// Where alerts go.
     pub alerts: AlertsConfig,
+    /// Signed candidates (`[candidate_auth]`, off when absent): `POST
+    /// /bookings` needs a token whose subject is the candidate
+    /// ([`crate::candidate_auth_config`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_auth: Option<crate::candidate_auth_config::CandidateAuthConfig>,
 }
 
 /// Where confirmation emails go (`[mail] kind`).
@@ -552,11 +571,17 @@ impl Default for ServerConfig {
             time_scale: 1.0,
             settings: Settings::default(),
             key_prefix: KEY_PREFIX_DEFAULT.to_owned(),
+            admin_listen: crate::admin_settings::ADMIN_LISTEN_DEFAULT
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
             admin_token: None,
+            admin_token_previous: None,
+            admin_token_file: None,
             environment: Environment::Production,
             faults: None,
             mail: MailConfig::default(),
             alerts: AlertsConfig::default(),
+            candidate_auth: None,
         }
     }
 }
@@ -620,6 +645,17 @@ impl ServerConfig {
         }
     }
 
+    /// The admin listener's settings ([`crate::admin_settings`]).
+    pub fn admin(&self) -> crate::admin_settings::AdminSettings<'_> {
+        crate::admin_settings::AdminSettings {
+            listen: self.admin_listen,
+            public: self.listen,
+            token: self.admin_token.as_deref(),
+            previous: self.admin_token_previous.as_deref(),
+            file: self.admin_token_file.as_deref(),
+        }
+    }
+
     /// Refuses what cannot run, including settings (as scaled by
     /// `time_scale`) that break a relation of [`Settings::check`]: `serve`,
     /// [`crate::build`] and [`crate::provision`] all start here.
@@ -653,6 +689,11 @@ impl ServerConfig {
         }
         self.mail.check()?;
         self.alerts.check()?;
+        crate::candidate_auth_config::verifier_of(self.candidate_auth.as_ref())
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.admin()
+            .resolve()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if self.levels.is_empty() {
             return bad("at least one level is needed".into());
         }
@@ -772,9 +813,16 @@ pub struct ServeArgs {
     /// Prefix of every coordination key.
     #[arg(long)]
     pub key_prefix: Option<String>,
+    /// Where the /ops/ routes are served (loopback by default; any other
+    /// address needs a token).
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
     /// Require this bearer token on the /ops/ routes.
     #[arg(long, env = "SELLOUT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// A file of admin tokens, one per line, the current one first.
+    #[arg(long, env = "SELLOUT_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// Production (the default) or rehearsal (the only one that may switch
     /// a bug of the zoo back on).
     #[arg(long, value_enum)]
@@ -841,8 +889,12 @@ impl ServeArgs {
         }
         set(&mut c.time_scale, &self.time_scale);
         set(&mut c.key_prefix, &self.key_prefix);
+        set(&mut c.admin_listen, &self.admin_listen);
         if self.admin_token.is_some() {
             c.admin_token = self.admin_token.clone();
+        }
+        if self.admin_token_file.is_some() {
+            c.admin_token_file = self.admin_token_file.clone();
         }
     }
 }

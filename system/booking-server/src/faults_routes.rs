@@ -1,6 +1,6 @@
 //! The fault hooks' HTTP surface, present only when the instance is armed
-//! (`[faults]`; 404 otherwise), under the admin token like every `/ops/`
-//! route (401 without it):
+//! (`[faults]`; 404 otherwise), on the admin listener under its guard like
+//! every `/ops/` route ([`crate::admin::router`]):
 //!
 //! | method | path | body | answer |
 //! | --- | --- | --- | --- |
@@ -21,7 +21,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -29,7 +29,7 @@ use booking::{Clock, SystemClock};
 use faults::{FaultCount, FiredFault, Injector};
 use serde::{Deserialize, Serialize};
 
-use crate::admin::{error, refused};
+use crate::admin::error;
 use crate::build::Server;
 
 /// Fired faults `GET /ops/faults` lists at most (the last ones).
@@ -114,10 +114,7 @@ fn armed(server: &Server) -> Option<(&Arc<Injector>, &str)> {
     Some((injector, label))
 }
 
-async fn state(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
-    if let Some(r) = refused(&server, &headers) {
-        return r;
-    }
+async fn state(State(server): State<Arc<Server>>) -> Response {
     match armed(&server) {
         Some((injector, label)) => Json(FaultsState::of(injector, label)).into_response(),
         None => error(StatusCode::NOT_FOUND, "no [faults] configured"),
@@ -139,10 +136,7 @@ pub fn check_start(body: &[u8], now_ms: u64) -> Result<StartRequest, String> {
     Ok(req)
 }
 
-async fn start(State(server): State<Arc<Server>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(r) = refused(&server, &headers) {
-        return r;
-    }
+async fn start(State(server): State<Arc<Server>>, body: Bytes) -> Response {
     let Some((injector, label)) = armed(&server) else {
         return error(StatusCode::NOT_FOUND, "no [faults] configured");
     };

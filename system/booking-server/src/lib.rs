@@ -13,6 +13,8 @@
 //! - [`run`]: [`serve`]: the API, the `/ops/` routes and the background loops
 //!   (worker, reconciler, expiry handler, TTL sweep, status refresh) on one
 //!   listener, until shutdown.
+//! - [`http_serve`]: serving a router with limits ([`http_serve::HttpLimits`]:
+//!   header, body and whole-request timeouts, a connection cap).
 //! - [`ops`]: reset, load-candidates, open, close, status, audit.
 //! - [`audit_snapshot`]: the audit's I/O half, the sale read from the ports
 //!   as a `booking_audit::SaleSnapshot` (the invariants are in
@@ -25,13 +27,16 @@
 //! - [`cli`]: the `booking` binary's subcommands.
 
 pub mod admin;
+pub mod admin_settings;
 pub mod alerts;
 pub mod armed;
 pub mod audit_snapshot;
 pub mod build;
+pub mod candidate_auth_config;
 pub mod cli;
 pub mod config;
 pub mod faults_routes;
+pub mod http_serve;
 pub mod kill;
 pub mod mail;
 pub mod ops;
@@ -42,4 +47,4 @@ pub use build::{
 };
 pub use config::{FaultsConfig, ServeArgs, ServerConfig, StackKind};
 pub use ops::{AuditReport, Verdict};
-pub use run::serve;
+pub use run::{Listeners, serve};

@@ -39,10 +39,15 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     let drain = drain
         .drain(config.effective_settings().request_deadline)
         .map_err(anyhow::Error::msg)?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
+    let listeners = booking_server::Listeners::bind(&config)
         .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    let public_url = config.public_url_or(listener.local_addr()?);
+        .with_context(|| {
+            format!(
+                "binding {} (listen) and {} (admin_listen)",
+                config.listen, config.admin_listen
+            )
+        })?;
+    let public_url = config.public_url_or(listeners.public.local_addr()?);
     // a kill point of `[faults]` takes this process down (SIGKILL)
     let server = booking_server::build_with_killer(
         &config,
@@ -53,7 +58,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     .context("building the stack")?;
     booking_server::run::serve_with(
         Arc::new(server),
-        listener,
+        listeners,
         service_main::stop_signal(),
         drain,
     )

@@ -3,22 +3,53 @@
 //! [`status`] and [`audit`]. The same steps on the day as in rehearsal; the
 //! `/ops/` routes ([`crate::admin`]) and the `booking` CLI call these.
 //!
-//! # What `reset` does not clear
+//! # What `reset` clears
 //!
-//! The ledger is reset (levels, caps, no candidates, closed) and the reset's
-//! time is stamped in coordination, where every instance's audit reads it.
-//! The record store, queue, outbox, alert log and status history have no
-//! clear operation in their ports (nor do DynamoDB, SQS and SES), so `reset`
-//! leaves them and reports what is left ([`ResetReport`]). The audit only
-//! looks at this sale's records and at status writes since the last reset;
-//! a clean slate for a rehearsal is a new key prefix (Redis) or a restart
-//! of the embedded server.
+//! Everything of the sale, on every stack, so a second rehearsal against
+//! the same running deployment starts from an empty, consistent sale:
+//!
+//! - the ledger: levels and caps from the configuration, no holds, no paid
+//!   seats, no candidates, closed;
+//! - the records of the sale (`RecordStore::delete_sale`: in batches, each
+//!   an application delete whose REMOVE stream record carries no TTL
+//!   identity, so the expiry handler, which acts on TTL removals only,
+//!   releases no seat into the just-reset ledger; the streams and their
+//!   positions stay valid);
+//! - the queue and the dead-letter queue (`Queue::purge`: the embedded
+//!   queue is the process's, the Redis queue lives under the sale's hash
+//!   tag, the SQS queues are the deployment's own, named from its prefix,
+//!   as its table and status document are; SQS deletes within 60 s);
+//! - the owed emails' retry states (`email-retry:<payment>` in
+//!   coordination, of the sale's owed emails);
+//! - the output log's mail, alerts and status writes
+//!   (`OutputLog::clear_sale`; the audit reads status writes since the
+//!   reset anyway, but judges every email of the sale).
+//!
+//! Then it stamps the reset's time in coordination, where every instance's
+//! audit reads it (status writes and the gateway's payments since then),
+//! and publishes the status document.
+//!
+//! A store that holds the sale's state and cannot be cleared makes `reset`
+//! refuse ([`OpsError::ResetRefused`]) before the ledger or the records
+//! change: a queue without a purge that is not empty (let it drain), or a
+//! mail log that is not the stack's own (SMTP maildir or SES read-back)
+//! holding the sale's mail. Left on purpose: locks, the token, stream
+//! checkpoints, the back office's rows (PostgreSQL, judged by sale and
+//! PAID record) and booking copies (they expire a hold after their
+//! admission).
+//!
+//! Reset is for a closed, quiet sale (the load stopped): it closes the sale
+//! first, but a request or a worker already under way may still write. A
+//! message a worker holds while the queue is purged is gone; the worker's
+//! delete then fails as an invalid receipt, and a record it writes after
+//! the records were deleted is left (the report's `records_left`, and the
+//! next audit, show it): reset again.
 
 use std::collections::BTreeMap;
 
 use booking::StatusDocument;
 use booking::ledger::LevelCount;
-use booking::queue::QueueDepth;
+use booking::queue::{Purged, QueueDepth};
 use booking::records::{BookingRecord, RecordStatus, Throttles};
 use booking::status::{Publish, StatusError};
 use booking::{
@@ -56,55 +87,194 @@ pub enum OpsError {
     /// Coordination (the reset's time) could not answer.
     #[error(transparent)]
     Coordination(#[from] CoordinationError),
+    /// `reset` found state of the sale it cannot clear (a queue without a
+    /// purge, a mail log it cannot empty): what remains, and what to do.
+    #[error("reset refused: {0}")]
+    ResetRefused(String),
+    /// `reset` of a sale that is open: it would wipe bookings being made.
+    #[error(
+        "reset refused: sale {0} is open (admissions are being taken); close it first \
+         (booking close), then reset"
+    )]
+    SaleOpen(String),
+    /// The back office could not be cleared.
+    #[error("back office: {0}")]
+    BackOffice(String),
 }
 
-/// What `reset` did, and what it could not clear.
+/// What `reset` did: what it removed, and what is left (nothing, unless
+/// something was written meanwhile: reset a closed, quiet sale).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ResetReport {
     /// The sale.
     pub sale: String,
     /// Levels and caps set.
     pub levels: Vec<LevelCount>,
-    /// Records of this sale still in the store (no clear in the port).
+    /// Records of this sale deleted (HELD and PAID).
+    #[serde(default)]
+    pub records_removed: u64,
+    /// Queued messages removed (waiting and in flight).
+    #[serde(default)]
+    pub messages_removed: u64,
+    /// Of those, in flight at a worker when purged.
+    #[serde(default)]
+    pub in_flight_removed: u64,
+    /// Dead letters removed.
+    #[serde(default)]
+    pub dead_letters_removed: u64,
+    /// Owed emails' retry states removed (coordination `email-retry:*`).
+    #[serde(default)]
+    pub email_retries_removed: u64,
+    /// Back-office rows of the sale deleted (with a back office).
+    #[serde(default)]
+    pub back_office_removed: u64,
+    /// Confirmation emails forgotten by the output log.
+    #[serde(default)]
+    pub mail_removed: u64,
+    /// Alerts forgotten by the output log.
+    #[serde(default)]
+    pub alerts_removed: u64,
+    /// Status writes forgotten by the output log's history.
+    #[serde(default)]
+    pub status_writes_removed: u64,
+    /// Records of this sale in the store after the reset.
     pub records_left: usize,
-    /// Messages still in the queue.
+    /// Messages in the queue after the reset (SQS deletes a purged queue's
+    /// messages within 60 s, and its counts are approximate).
     pub queue_left: QueueDepth,
-    /// Dead letters still in the dead-letter queue.
+    /// Dead letters after the reset.
     pub dead_letters_left: usize,
-    /// Why those are left.
+    /// "clean", or what is left and why.
     pub note: String,
 }
 
-/// Resets the sale: levels and caps from the configuration, closed, no
-/// candidates; publishes the status document. See the module docs for what
-/// is not cleared.
+/// `reset` logs its progress through the owed emails every this many.
+const RESET_PROGRESS_EVERY: usize = 1_000;
+
+/// Resets the sale to a consistent, empty one on every stack: closes it,
+/// then clears what cannot be cleared only with a refusal first (the
+/// output log's mail, the queue), then the ledger (levels and caps from the
+/// configuration, closed, no candidates), the owed emails' retry states,
+/// the records (as application deletes: the expiry handler releases no
+/// seat for them); stamps the reset's time and publishes the status
+/// document. Refuses ([`OpsError::ResetRefused`]) where a store holds the
+/// sale's state and cannot be cleared. See the module docs.
 pub async fn reset(server: &Server) -> Result<ResetReport, OpsError> {
     let stack = &server.stack;
-    stack.ledger.reset(&stack.sale, &server.caps()).await?;
+    // the stores as they are, without an armed instance's injected faults
+    let bare = server.bare_stack();
+    let sale = &stack.sale;
+    if bare.ledger.counters(sale).await?.open {
+        return Err(OpsError::SaleOpen(sale.to_string()));
+    }
+    tracing::info!(%sale, "reset: closing the sale");
+    bare.ledger.set_open(sale, false).await?;
+
+    // what may refuse goes first, before the ledger and the records change
+    let outputs = match server.outputs.clear_sale(sale).await? {
+        Some(cleared) => cleared,
+        None => {
+            let mail = server
+                .outputs
+                .sent_mail()
+                .await?
+                .iter()
+                .filter(|c| c.sale == *sale)
+                .count();
+            if mail > 0 {
+                return Err(OpsError::ResetRefused(format!(
+                    "the output log holds {mail} confirmation emails of sale {sale} and cannot be \
+                     cleared (a mail server's own store): the next audit would find them \
+                     without a PAID record. Empty it by hand or use a new sale id; nothing \
+                     was cleared (the sale is closed)"
+                )));
+            }
+            booking::notify::OutputsCleared::default()
+        }
+    };
+    tracing::info!(%sale, mail = outputs.mail, alerts = outputs.alerts, status_writes = outputs.status_writes, "reset: outputs cleared");
+    let purged = match bare.queue.purge().await? {
+        Some(purged) => purged,
+        None => {
+            let depth = bare.queue.depth().await?;
+            let dead = bare.queue.dead_letters().await?.len();
+            if depth.visible + depth.in_flight > 0 || dead > 0 {
+                return Err(OpsError::ResetRefused(format!(
+                    "the queue cannot be purged and still holds {} waiting, {} in flight and \
+                     {dead} dead-lettered messages: let the workers drain it (dead letters \
+                     by hand) and reset again; the output log was cleared, nothing else \
+                     (the sale is closed)",
+                    depth.visible, depth.in_flight
+                )));
+            }
+            Purged::default()
+        }
+    };
+    tracing::info!(%sale, visible = purged.visible, in_flight = purged.in_flight, dead_letters = purged.dead_letters, "reset: queue purged");
+
+    stack.ledger.reset(sale, &server.caps()).await?;
+    // the owed emails of the sale are the only ones with a retry state
+    // (the outbox deletes it after the send that worked)
+    let mut email_retries_removed = 0u64;
+    let owed = bare.records.owed_emails(u64::MAX, usize::MAX).await?;
+    for (i, r) in owed.iter().filter(|r| r.sale == *sale).enumerate() {
+        let key = booking::coordination::keys::email_retry(&stack.prefix, sale, &r.payment_id);
+        email_retries_removed += u64::from(bare.coordination.delete(&key).await?);
+        if (i + 1) % RESET_PROGRESS_EVERY == 0 {
+            tracing::info!(%sale, looked_at = i + 1, email_retries_removed, "reset: owed emails' retry states");
+        }
+    }
+    let records_removed = bare.records.delete_sale(sale).await?;
+    tracing::info!(%sale, records_removed, email_retries_removed, "reset: records deleted");
+    // the back office copies the PAID records: its rows of the sale go with
+    // them (a candidate pays once per sale there: UNIQUE (sale, candidate))
+    let back_office_removed = match crate::build::back_office(&server.config)
+        .await
+        .map_err(|e| OpsError::BackOffice(e.to_string()))?
+    {
+        Some(office) => office
+            .delete_sale(sale)
+            .await
+            .map_err(|e| OpsError::BackOffice(e.to_string()))?,
+        None => 0,
+    };
+    tracing::info!(%sale, back_office_removed, "reset: back office cleared");
     stack
         .coordination
         .set(&server.reset_key(), &stack.clock.now_ms().to_string(), None)
         .await?;
     publish(server).await?;
-    let counters = stack.ledger.counters(&stack.sale).await?;
+
+    let counters = stack.ledger.counters(sale).await?;
     let records_left = sale_records(server).await?.len();
-    let queue_left = stack.queue.depth().await?;
-    let dead_letters_left = stack.queue.dead_letters().await?.len();
-    let note = if records_left + dead_letters_left > 0
-        || queue_left.visible + queue_left.in_flight > 0
-    {
-        "records, queue and outbox have no clear operation: use a new key prefix (redis) or restart the embedded server for a clean slate"
-    } else {
-        "clean"
-    };
-    Ok(ResetReport {
-        sale: stack.sale.to_string(),
+    let queue_left = bare.queue.depth().await?;
+    let dead_letters_left = bare.queue.dead_letters().await?.len();
+    let note =
+        if records_left + dead_letters_left > 0 || queue_left.visible + queue_left.in_flight > 0 {
+            "written meanwhile, or (SQS) still being purged: reset a closed, quiet sale, and again \
+         if this stays"
+        } else {
+            "clean"
+        };
+    let report = ResetReport {
+        sale: sale.to_string(),
         levels: counters.levels,
+        records_removed,
+        messages_removed: purged.visible + purged.in_flight,
+        in_flight_removed: purged.in_flight,
+        dead_letters_removed: purged.dead_letters,
+        email_retries_removed,
+        back_office_removed,
+        mail_removed: outputs.mail,
+        alerts_removed: outputs.alerts,
+        status_writes_removed: outputs.status_writes,
         records_left,
         queue_left,
         dead_letters_left,
         note: note.to_owned(),
-    })
+    };
+    tracing::info!(%sale, ?report, "reset done");
+    Ok(report)
 }
 
 /// What `load-candidates` did.

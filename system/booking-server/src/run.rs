@@ -1,6 +1,7 @@
-//! One instance serving: the API ([`booking_api::router`]) and the `/ops/`
-//! routes on one listener, and beside them, on the same instance, the
-//! background loops:
+//! One instance serving: the API ([`booking_api::router`]) on the public
+//! listener, the `/ops/` routes on the admin listener ([`Listeners`];
+//! `admin_listen`, loopback by default, see [`crate::admin_settings`]), and
+//! beside them, on the same instance, the background loops:
 //!
 //! - the worker (queue → records);
 //! - the reconciler (one leader per sale under the lock; this instance's
@@ -25,7 +26,7 @@
 //!   throttles, alerts, token calls) go into the API's `/metrics`
 //!   ([`booking_api::metrics::ApiMetrics::sync_services`]).
 //!
-//! With `[faults]` the listener also serves `/ops/faults` and
+//! With `[faults]` the admin listener also serves `/ops/faults` and
 //! `/ops/faults/start`, and `/metrics` counts the fired faults
 //! ([`crate::faults_routes`]); every loop above uses the stack's wrapped
 //! ports ([`crate::armed`]).
@@ -52,7 +53,7 @@
 //! [`LeasedMapping`]: booking_streams::LeasedMapping
 //! [`StatusWriter::poke`]: booking::StatusWriter::poke
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,6 +74,7 @@ use booking_streams::{
 
 use crate::build::Server;
 use crate::config::StackKind;
+use crate::http_serve::HttpLimits;
 
 /// Records the TTL service deletes per sweep at most.
 pub const TTL_SWEEP_LIMIT: usize = 1_000;
@@ -118,38 +120,114 @@ impl Drain {
     };
 }
 
+/// An instance's two listeners: the public one (the API) and the admin
+/// one (the `/ops/` routes).
+#[derive(Debug)]
+pub struct Listeners {
+    /// The API's: `listen`.
+    pub public: TcpListener,
+    /// The `/ops/` routes': `admin_listen`.
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds `config.listen` and `config.admin_listen`.
+    pub async fn bind(config: &crate::config::ServerConfig) -> std::io::Result<Listeners> {
+        Ok(Listeners {
+            public: TcpListener::bind(config.listen).await?,
+            admin: TcpListener::bind(config.admin_listen).await?,
+        })
+    }
+
+    /// Both on loopback, on ports of their own (in-process instances and
+    /// tests).
+    pub async fn loopback() -> std::io::Result<Listeners> {
+        Ok(Listeners {
+            public: TcpListener::bind("127.0.0.1:0").await?,
+            admin: TcpListener::bind("127.0.0.1:0").await?,
+        })
+    }
+
+    /// `public`'s base URL, `http://127.0.0.1:PORT`.
+    pub fn public_url(&self) -> std::io::Result<String> {
+        Ok(format!("http://{}", self.public.local_addr()?))
+    }
+
+    /// The admin listener's base URL, as a client on this machine reaches it.
+    pub fn admin_url(&self) -> std::io::Result<String> {
+        Ok(crate::admin_settings::admin_url(self.admin.local_addr()?))
+    }
+}
+
 /// The API, the ops routes and every background loop, until `shutdown`;
 /// then drains with [`Drain::IMMEDIATE`].
 pub async fn serve(
     server: Arc<Server>,
-    listener: TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_with(server, listener, shutdown, Drain::IMMEDIATE).await
+    serve_with(server, listeners, shutdown, Drain::IMMEDIATE).await
+}
+
+/// One listener serving `app` within `limits` until `shutdown`, then
+/// finishing the connections it has (the caller bounds how long).
+async fn serve_listener(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    crate::http_serve::serve(listener, app, limits, shutdown).await
 }
 
 /// [`serve`], draining as `drain` says once `shutdown` completes (the
-/// module's steps).
+/// module's steps). The admin listener closes with the public one.
 pub async fn serve_with(
     server: Arc<Server>,
-    listener: TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Drain,
 ) -> std::io::Result<()> {
+    let Listeners {
+        public: listener,
+        admin,
+    } = listeners;
+    let tokens = server
+        .config
+        .admin()
+        .resolve()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let api = Arc::new(ApiState::new());
+    // `[candidate_auth]`: POST /bookings needs the candidate's token
+    let candidate_auth =
+        crate::candidate_auth_config::verifier_of(server.config.candidate_auth.as_ref())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let api = Arc::new(ApiState::new().with_candidate_auth(candidate_auth));
     let mut loops = spawn_loops(&server, &api, stop_rx);
-    let app = booking_api::router_with(server.stack.clone(), api.clone())
-        .merge(crate::admin::routes(server.clone()))
-        .merge(crate::faults_routes::routes(server.clone()));
+    let app = booking_api::router_with(server.stack.clone(), api.clone());
     // armed: the fired faults' counter on /metrics (nothing added otherwise)
     let app = crate::faults_routes::with_metrics(app, &server);
+    let admin_app = crate::admin::router(
+        server.clone(),
+        crate::admin::AdminGuard::new(tokens, api.clone()),
+    );
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, sale = %server.stack.sale, instance = %server.instance, "booking server listening");
+    let admin_addr = admin.local_addr()?;
+    tracing::info!(%addr, %admin_addr, sale = %server.stack.sale, instance = %server.instance, "booking server listening");
+    // the admin listener closes when the public one does
+    let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut admin_served = tokio::spawn(serve_listener(
+        admin,
+        admin_app,
+        HttpLimits::ADMIN,
+        async move {
+            let _ = admin_stopped.await;
+        },
+    ));
     // when the listener closed (step 3): the grace runs from then
     let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
     let draining = api.clone();
-    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let served = serve_listener(listener, app, HttpLimits::PUBLIC, async move {
         shutdown.await;
         draining.drain.start();
         tracing::info!(
@@ -171,7 +249,7 @@ pub async fn serve_with(
         }
     };
     let served = tokio::select! {
-        served = served.into_future() => served,
+        served = served => served,
         () = cut_off => {
             tracing::warn!(
                 grace_ms = drain.grace.as_millis() as u64,
@@ -180,6 +258,16 @@ pub async fn serve_with(
             Ok(())
         }
     };
+    let _ = admin_stop.send(());
+    match tokio::time::timeout(drain.grace, &mut admin_served).await {
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "admin listener failed"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "admin listener task failed"),
+        Err(_) => {
+            tracing::warn!("admin requests still in flight after the grace: cut off");
+            admin_served.abort();
+        }
+        Ok(Ok(Ok(()))) => {}
+    }
     tracing::info!("server stopped; stopping the background loops");
     let _ = stop_tx.send(true);
     let joined = tokio::time::timeout(SHUTDOWN_GRACE, async {

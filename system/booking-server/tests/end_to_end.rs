@@ -50,6 +50,8 @@ fn settings() -> Settings {
 
 struct Harness {
     base: String,
+    /// The admin listener: every `/ops/` path goes there.
+    admin: String,
     http: reqwest::Client,
     mock: mock_gateway::Running,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -59,9 +61,10 @@ struct Harness {
 impl Harness {
     /// The mock gateway and a server on `stack`, keys under `key_prefix`.
     async fn start(stack: StackConfig, key_prefix: &str, mail: MailConfig) -> Harness {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listeners = booking_server::Listeners::loopback().await.unwrap();
+        let addr = listeners.public.local_addr().unwrap();
         let base = format!("http://{addr}");
+        let admin = listeners.admin_url().unwrap();
         let mock_config = mock_gateway::Config {
             webhook_urls: vec![format!("{base}/payment/webhook")],
             ..mock_gateway::Config::default()
@@ -85,6 +88,7 @@ impl Harness {
                 },
             ],
             listen: addr,
+            admin_listen: listeners.admin.local_addr().unwrap(),
             settings: settings(),
             stack,
             key_prefix: key_prefix.into(),
@@ -99,13 +103,14 @@ impl Harness {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let served = tokio::spawn(booking_server::serve(
             Arc::new(server),
-            listener,
+            listeners,
             async move {
                 let _ = stopped.await;
             },
         ));
         Harness {
             base,
+            admin,
             http: reqwest::Client::new(),
             mock,
             stop,
@@ -113,8 +118,20 @@ impl Harness {
         }
     }
 
+    /// `path` on the public listener, or on the admin one for `/ops/`
+    /// (confirming the production sale, as an operator would).
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        if path.starts_with("/ops/") {
+            self.http
+                .request(method, format!("{}{path}", self.admin))
+                .header("x-confirm-sale", "e2e")
+        } else {
+            self.http.request(method, format!("{}{path}", self.base))
+        }
+    }
+
     async fn post(&self, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut r = self.http.post(format!("{}{path}", self.base));
+        let mut r = self.request(reqwest::Method::POST, path);
         if let Some(b) = body {
             r = r.json(&b);
         }
@@ -125,8 +142,7 @@ impl Harness {
 
     async fn get(&self, path: &str) -> (u16, Value) {
         let resp = self
-            .http
-            .get(format!("{}{path}", self.base))
+            .request(reqwest::Method::GET, path)
             .send()
             .await
             .unwrap();
@@ -520,58 +536,6 @@ fn sum_of(text: &str, metric: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-#[tokio::test]
-async fn ops_routes_need_the_admin_token_when_one_is_configured() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let config = ServerConfig {
-        admin_token: Some("s3cret".into()),
-        ..ServerConfig::default()
-    };
-    let server = booking_server::build(&config, &base).await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(booking_server::serve(
-        Arc::new(server),
-        listener,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    let http = reqwest::Client::new();
-    let url = format!("{base}/ops/status");
-    assert_eq!(http.get(&url).send().await.unwrap().status().as_u16(), 401);
-    let wrong = http.get(&url).bearer_auth("nope").send().await.unwrap();
-    assert_eq!(wrong.status().as_u16(), 401);
-    let right = http.get(&url).bearer_auth("s3cret").send().await.unwrap();
-    assert_eq!(right.status().as_u16(), 200);
-    let reset = http
-        .post(format!("{base}/ops/reset"))
-        .bearer_auth("s3cret")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reset.status().as_u16(), 200);
-    let text = http
-        .post(format!("{base}/ops/load-candidates"))
-        .bearer_auth("s3cret")
-        .body("alice\n# a comment\n\nbob\n")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(text.status().as_u16(), 200);
-    let loaded: Value = text.json().await.unwrap();
-    assert_eq!(
-        (loaded["read"].as_u64(), loaded["added"].as_u64()),
-        (Some(2), Some(2))
-    );
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(10), served)
-        .await
-        .expect("server stops")
-        .unwrap()
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn emails_owed_while_smtp_is_down_are_listed_then_resent_once() {
     // nothing listens on the SMTP port yet: the winner's send fails
@@ -630,7 +594,7 @@ async fn emails_owed_while_smtp_is_down_are_listed_then_resent_once() {
     // the server comes up; `booking emails resend` sends what is owed
     let sink = smtp_sink::Sink::start_in(maildir, &["--port", &port.to_string()]);
     tokio::time::sleep(Duration::from_millis(600)).await; // past the e2e sweep interval
-    let base = h.base.clone();
+    let base = h.admin.clone();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_booking"))
             .args(["--server", &base, "emails", "resend"])

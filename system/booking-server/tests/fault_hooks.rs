@@ -14,7 +14,7 @@ use booking::{Clock, Settings, SystemClock};
 use booking_server::config::{Environment, FaultsConfig, ServerConfig};
 use serde_json::{Value, json};
 
-const TOKEN: &str = "s3cret";
+const TOKEN: &str = "fault-hooks-token-0123";
 /// The longest wait for the background loops to reach a port.
 const SETTLE_MAX: Duration = Duration::from_secs(15);
 
@@ -62,6 +62,8 @@ kind = { type = "error" }
 
 struct Harness {
     base: String,
+    /// The admin listener: `/ops/` paths go there.
+    admin: String,
     http: reqwest::Client,
     mock: mock_gateway::Running,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -76,22 +78,25 @@ impl Harness {
         )
         .await
         .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listeners = booking_server::Listeners::loopback().await.unwrap();
+        let addr = listeners.public.local_addr().unwrap();
         let base = format!("http://{addr}");
+        let admin = listeners.admin_url().unwrap();
         config.listen = addr;
+        config.admin_listen = listeners.admin.local_addr().unwrap();
         config.gateway.base_url = mock.url.clone();
         let server = booking_server::build(&config, &base).await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let served = tokio::spawn(booking_server::serve(
             Arc::new(server),
-            listener,
+            listeners,
             async move {
                 let _ = stopped.await;
             },
         ));
         Harness {
             base,
+            admin,
             http: reqwest::Client::new(),
             mock,
             stop,
@@ -107,7 +112,12 @@ impl Harness {
         body: Option<Value>,
         token: Option<&str>,
     ) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
+        let on = if path.starts_with("/ops/") {
+            &self.admin
+        } else {
+            &self.base
+        };
+        let url = format!("{on}{path}");
         let mut r = if post {
             self.http.post(url)
         } else {

@@ -19,7 +19,7 @@ use booking::{Clock, SystemClock};
 use booking_server::config::{Environment, FaultsConfig, ServerConfig};
 use serde_json::{Value, json};
 
-const TOKEN: &str = "s3cret";
+const TOKEN: &str = "fault-kill-token-01234";
 /// How long the debug binary may take to listen, or to die.
 const PROCESS_MAX: Duration = Duration::from_secs(60);
 
@@ -78,7 +78,7 @@ fn plain(text: &str) -> String {
 }
 
 /// Starts `booking serve --config <file>` and waits for its address.
-fn serve(config: &ServerConfig) -> (Serving, String) {
+fn serve(config: &ServerConfig) -> (Serving, String, String) {
     let path = std::env::temp_dir().join(format!(
         "booking-fault-kill-{}-{:x}.toml",
         std::process::id(),
@@ -105,12 +105,17 @@ fn serve(config: &ServerConfig) -> (Serving, String) {
             let Ok(line) = line else { break };
             let line = plain(&line);
             if line.contains("booking server listening") {
-                if let Some(rest) = line.split("addr=").nth(1) {
-                    let addr: String = rest
-                        .chars()
-                        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                        .collect();
-                    let _ = addr_tx.send(addr);
+                // `addr=` the public listener, `admin_addr=` the admin one
+                let field = |name: &str| -> Option<String> {
+                    let rest = line.split(&format!(" {name}=")).nth(1)?;
+                    Some(
+                        rest.chars()
+                            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                            .collect(),
+                    )
+                };
+                if let (Some(public), Some(admin)) = (field("addr"), field("admin_addr")) {
+                    let _ = addr_tx.send((public, admin));
                 }
             }
             lines.lock().unwrap().push(line);
@@ -121,10 +126,10 @@ fn serve(config: &ServerConfig) -> (Serving, String) {
         log,
         config: path,
     };
-    let addr = addr_rx
+    let (addr, admin) = addr_rx
         .recv_timeout(PROCESS_MAX)
         .unwrap_or_else(|_| panic!("never listened: {:#?}", serving.log.lock().unwrap()));
-    (serving, format!("http://{addr}"))
+    (serving, format!("http://{addr}"), format!("http://{admin}"))
 }
 
 async fn ops(http: &reqwest::Client, base: &str, path: &str, body: Value) -> Value {
@@ -153,6 +158,7 @@ async fn booking_serve_dies_by_sigkill_at_its_armed_kill_point_and_nowhere_else(
         environment: Environment::Rehearsal,
         admin_token: Some(TOKEN.into()),
         listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
         faults: Some(FaultsConfig {
             instance: "instance-1".into(),
             seed: 7,
@@ -161,15 +167,15 @@ async fn booking_serve_dies_by_sigkill_at_its_armed_kill_point_and_nowhere_else(
         ..ServerConfig::default()
     };
     config.gateway.base_url = mock.url.clone();
-    let (mut serving, base) = serve(&config);
+    let (mut serving, base, admin) = serve(&config);
     let http = reqwest::Client::new();
-    ops(&http, &base, "/ops/reset", Value::Null).await;
-    ops(&http, &base, "/ops/load-candidates", json!(["alice"])).await;
-    ops(&http, &base, "/ops/open", Value::Null).await;
+    ops(&http, &admin, "/ops/reset", Value::Null).await;
+    ops(&http, &admin, "/ops/load-candidates", json!(["alice"])).await;
+    ops(&http, &admin, "/ops/open", Value::Null).await;
     let now = SystemClock.now_ms();
     let state = ops(
         &http,
-        &base,
+        &admin,
         "/ops/faults/start",
         json!({"started_unix_ms": now}),
     )

@@ -14,12 +14,20 @@ use booking_server::config::ServerConfig;
 use booking_server::ops::LOAD_BODY_BYTES_MAX;
 use serde_json::Value;
 
-const TOKEN: &str = "load-test-token";
+const TOKEN: &str = "load-test-token-0123";
 
 /// Runs `booking load-candidates FILE` against `base`; its printed report.
 fn cli_load(base: &str, file: &std::path::Path) -> (bool, Value) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_booking"))
-        .args(["--server", base, "--token", TOKEN, "load-candidates"])
+        .args([
+            "--server",
+            base,
+            "--token",
+            TOKEN,
+            "--confirm",
+            "launch",
+            "load-candidates",
+        ])
         .arg(file)
         .output()
         .unwrap();
@@ -32,17 +40,21 @@ fn cli_load(base: &str, file: &std::path::Path) -> (bool, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_longer_than_a_request_loads_whole_through_the_cli_and_never_half() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    let listeners = booking_server::Listeners::loopback().await.unwrap();
+    let public = listeners.public_url().unwrap();
+    // the ops steps go to the admin listener
+    let base = listeners.admin_url().unwrap();
     let config = ServerConfig {
         admin_token: Some(TOKEN.into()),
+        listen: listeners.public.local_addr().unwrap(),
+        admin_listen: listeners.admin.local_addr().unwrap(),
         ..ServerConfig::default()
     };
-    let server = booking_server::build(&config, &base).await.unwrap();
+    let server = booking_server::build(&config, &public).await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(booking_server::serve(
         Arc::new(server),
-        listener,
+        listeners,
         async move {
             let _ = stopped.await;
         },
@@ -51,6 +63,7 @@ async fn a_list_longer_than_a_request_loads_whole_through_the_cli_and_never_half
     let reset = http
         .post(format!("{base}/ops/reset"))
         .bearer_auth(TOKEN)
+        .header("x-confirm-sale", "launch")
         .send()
         .await
         .unwrap();
@@ -66,6 +79,7 @@ async fn a_list_longer_than_a_request_loads_whole_through_the_cli_and_never_half
     let whole = http
         .post(format!("{base}/ops/load-candidates"))
         .bearer_auth(TOKEN)
+        .header("x-confirm-sale", "launch")
         .body(text.clone())
         .send()
         .await

@@ -25,7 +25,7 @@ use booking_server::config::{Environment, LevelConfig, ServerConfig, StackKind};
 use mock_gateway::payer::{Behaviour, Payer};
 use serde_json::Value;
 
-const TOKEN: &str = "sigterm-token";
+const TOKEN: &str = "sigterm-token-012345";
 const PREFIX: &str = "sigterm";
 /// Bookings in the load: one per candidate.
 const BOOKINGS: usize = 300;
@@ -106,6 +106,8 @@ fn redis(port: u16, args: &[&str]) -> Option<String> {
 struct Instance {
     index: usize,
     url: String,
+    /// The admin listener.
+    admin: String,
     instance: String,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -144,6 +146,10 @@ fn start_instance(procs: &mut Procs, index: usize, config: &ServerConfig) -> Ins
                 if v["fields"]["message"] == "booking server listening" {
                     let _ = tx.send((
                         v["fields"]["addr"].as_str().unwrap_or_default().to_owned(),
+                        v["fields"]["admin_addr"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
                         v["fields"]["instance"]
                             .as_str()
                             .unwrap_or_default()
@@ -154,7 +160,7 @@ fn start_instance(procs: &mut Procs, index: usize, config: &ServerConfig) -> Ins
             lines.lock().unwrap().push(line);
         }
     });
-    let (addr, instance) = rx.recv_timeout(START_MAX).unwrap_or_else(|_| {
+    let (addr, admin, instance) = rx.recv_timeout(START_MAX).unwrap_or_else(|_| {
         panic!(
             "instance {index} never listened: {:#?}",
             log.lock().unwrap()
@@ -163,6 +169,7 @@ fn start_instance(procs: &mut Procs, index: usize, config: &ServerConfig) -> Ins
     Instance {
         index,
         url: format!("http://{addr}"),
+        admin: format!("http://{admin}"),
         instance,
         log,
     }
@@ -309,6 +316,7 @@ async fn a_sigtermed_instance_drains_exits_0_and_loses_no_request() {
     for (index, (port, url)) in ports.iter().zip(&urls).enumerate() {
         let mut c = base.clone();
         c.listen = std::net::SocketAddr::from(([127, 0, 0, 1], *port));
+        c.admin_listen = "127.0.0.1:0".parse().unwrap();
         c.public_url = url.clone();
         instances.push(start_instance(&mut procs, index, &c));
     }
@@ -319,7 +327,7 @@ async fn a_sigtermed_instance_drains_exits_0_and_loses_no_request() {
     }
 
     // the sale: reset, candidates, open
-    let survivor_url = instances[0].url.clone();
+    let survivor_url = instances[0].admin.clone();
     ops(&http, &survivor_url, "POST", "/ops/reset", None).await;
     let candidates: Vec<String> = (0..BOOKINGS).map(|i| format!("cand-{i:04}")).collect();
     ops(
@@ -345,6 +353,7 @@ async fn a_sigtermed_instance_drains_exits_0_and_loses_no_request() {
     };
     let other = 1 - leader;
     let (stopped_url, other_url) = (instances[leader].url.clone(), instances[other].url.clone());
+    let other_admin = instances[other].admin.clone();
     let stopped_pid = procs.children[1 + leader].id();
 
     // the load: each candidate once, alternating instances until the
@@ -530,7 +539,7 @@ async fn a_sigtermed_instance_drains_exits_0_and_loses_no_request() {
     assert!(paid >= 5, "{tally:?}");
     let settle_start = Instant::now();
     loop {
-        let s = ops(&http, &other_url, "GET", "/ops/status", None).await;
+        let s = ops(&http, &other_admin, "GET", "/ops/status", None).await;
         let r = &s["records"]["general"];
         if r["held"].as_u64() == Some(0)
             && r["paid"].as_u64() == Some(paid)
@@ -542,7 +551,7 @@ async fn a_sigtermed_instance_drains_exits_0_and_loses_no_request() {
         assert!(settle_start.elapsed() < SETTLE_MAX, "not settled: {s:#}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let report = ops(&http, &other_url, "GET", "/ops/audit", None).await;
+    let report = ops(&http, &other_admin, "GET", "/ops/audit", None).await;
     let failed: Vec<&Value> = report["invariants"]
         .as_array()
         .unwrap()

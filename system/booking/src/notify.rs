@@ -123,6 +123,27 @@ pub trait OutputLog: Send + Sync + std::fmt::Debug {
     /// Every write of the status document landed at or after `since_ms`,
     /// in landing order.
     async fn status_writes(&self, since_ms: u64) -> Result<Vec<StatusWrite>, NotifyError>;
+
+    /// Forgets `sale`'s sent mail, alerts and status writes (the current
+    /// document with them): the ops reset, so the next run's audit judges
+    /// its own mail only. `Ok(None)`: this log cannot be cleared (the
+    /// default: a mail server's own store, SES); the caller reads what is
+    /// left and refuses to call the sale clean while its mail is there.
+    async fn clear_sale(&self, sale: &SaleId) -> Result<Option<OutputsCleared>, NotifyError> {
+        let _ = sale;
+        Ok(None)
+    }
+}
+
+/// What [`OutputLog::clear_sale`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputsCleared {
+    /// Confirmations sent.
+    pub mail: u64,
+    /// Alerts raised.
+    pub alerts: u64,
+    /// Status writes kept in the history.
+    pub status_writes: u64,
 }
 
 /// Raises alerts.

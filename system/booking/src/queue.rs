@@ -145,6 +145,25 @@ pub struct QueueDepth {
     pub in_flight: u64,
 }
 
+/// What [`Queue::purge`] removed (SQS's counts are approximate).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Purged {
+    /// Messages waiting to be received.
+    pub visible: u64,
+    /// Messages received and not yet deleted (a worker may still hold one:
+    /// its delete then fails as an invalid receipt).
+    pub in_flight: u64,
+    /// Messages of the dead-letter queue.
+    pub dead_letters: u64,
+}
+
+impl Purged {
+    /// Every message removed, dead letters included.
+    pub fn total(&self) -> u64 {
+        self.visible + self.in_flight + self.dead_letters
+    }
+}
+
 /// Why a queue call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueError {
@@ -222,6 +241,20 @@ pub trait Queue: Send + Sync + std::fmt::Debug {
 
     /// The dead-letter queue's messages, oldest first. One is an alert.
     async fn dead_letters(&self) -> Result<Vec<Message>, QueueError>;
+
+    /// Removes every message, waiting or in flight, and every dead letter:
+    /// the ops reset, of a queue that holds one sale's messages (the
+    /// embedded queue of a process, the Redis queue under the sale's hash
+    /// tag, the SQS queues of one deployment). A message a worker holds is
+    /// gone: its delete or visibility change answers
+    /// [`QueueError::InvalidReceipt`]. Deduplication IDs may be forgotten.
+    ///
+    /// `Ok(None)`: this queue cannot be purged (the default); the caller
+    /// reads what is left ([`Queue::depth`], [`Queue::dead_letters`]) and
+    /// refuses to call the sale clean while anything is.
+    async fn purge(&self) -> Result<Option<Purged>, QueueError> {
+        Ok(None)
+    }
 }
 
 #[cfg(test)]

@@ -395,6 +395,48 @@ pub trait RecordStore: Send + Sync + std::fmt::Debug {
     /// Every record, consistently, in candidate order: the audit's scan.
     async fn scan_all(&self) -> Result<Vec<BookingRecord>, RecordError>;
 
+    /// Deletes every record of `sale` (and with them their payment-index,
+    /// due-holds and owed-email entries), leaving other sales' records;
+    /// returns how many were deleted. The ops reset's clear, in batches
+    /// (an adapter logs its progress per batch): run with the sale closed
+    /// and quiet, since it deletes whatever it finds, HELD or PAID.
+    ///
+    /// Each deletion is an application delete: its REMOVE stream record
+    /// carries no [`UserIdentity`], so the expiry handler (which acts on
+    /// TTL removals only, [`StreamRecord::is_ttl_removal`]) never releases
+    /// a seat for it into the just-reset ledger, and the back-office sync
+    /// (PAID images only) ignores it.
+    ///
+    /// The default scans the table and deletes each record of the sale
+    /// under [`Condition::PaymentIs`] its payment (a record that changed
+    /// payment since the scan is read and deleted again); adapters with a
+    /// cheaper bulk delete override it.
+    async fn delete_sale(&self, sale: &SaleId) -> Result<u64, RecordError> {
+        let mut removed = 0;
+        for record in self.scan_all().await? {
+            if record.sale != *sale {
+                continue;
+            }
+            let mut condition = Condition::PaymentIs(record.payment_id.clone());
+            loop {
+                match self.delete(&record.candidate, condition).await {
+                    Ok(_) => {
+                        removed += 1;
+                        break;
+                    }
+                    Err(RecordError::ConditionFailed { current: Some(now) })
+                        if now.sale == *sale =>
+                    {
+                        condition = Condition::PaymentIs(now.payment_id.clone());
+                    }
+                    Err(RecordError::ConditionFailed { .. }) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     /// Throttled requests so far (CloudWatch `ThrottledRequests` in AWS).
     async fn throttles(&self) -> Result<Throttles, RecordError>;
 }
