@@ -59,8 +59,7 @@ struct Live {
     admin: String,
     http: reqwest::Client,
     mock: mock_gateway::Running,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    spawned: booking_server::Spawned,
 }
 
 impl Live {
@@ -91,8 +90,6 @@ impl Live {
                     price: "300.00".into(),
                 },
             ],
-            listen: addr,
-            admin_listen: listeners.admin.local_addr().unwrap(),
             settings: settings(),
             stack: StackConfig::default(),
             key_prefix: format!("browser-{:08x}", std::process::id()),
@@ -101,22 +98,15 @@ impl Live {
         config.gateway.base_url = mock.url.clone();
         config.webhook.loopback_sns_port = Some(mock.addr.port());
         config.webhook.topic_arns = Some(vec![topic]);
-        let server = booking_server::build(&config, &base).await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(booking_server::serve(
-            Arc::new(server),
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let spawned = booking_server::Spawned::start_on(listeners, config, Some(&base))
+            .await
+            .unwrap();
         Live {
             base,
             admin,
             http: reqwest::Client::new(),
             mock,
-            stop,
-            served,
+            spawned,
         }
     }
 
@@ -149,8 +139,7 @@ impl Live {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.served).await;
+        let _ = self.spawned.stop().await;
         self.mock.stop().await;
     }
 }

@@ -32,8 +32,7 @@ struct System {
     booking_urls: Vec<String>,
     gateway_url: String,
     mock: mock_gateway::Running,
-    stops: Vec<tokio::sync::oneshot::Sender<()>>,
-    served: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+    instances: Vec<booking_server::Spawned>,
 }
 
 /// The mock gateway and two instances; candidates loaded, sale open.
@@ -84,35 +83,25 @@ async fn start(candidates: &[String], levels: &[(&str, u32)]) -> System {
         .unwrap();
     assert_eq!(loaded.added, candidates.len() as u64);
     booking_server::ops::open(&first).await.unwrap();
-    let mut stops = Vec::new();
-    let mut served = Vec::new();
-    for (server, listener) in [first, second].into_iter().zip(listeners) {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        stops.push(stop);
-        served.push(tokio::spawn(booking_server::serve(
-            Arc::new(server),
-            listener,
-            async move {
-                let _ = stopped.await;
-            },
-        )));
-    }
+    let instances = [first, second]
+        .into_iter()
+        .zip(listeners)
+        .map(|(server, listeners)| {
+            booking_server::Spawned::serving(Arc::new(server), listeners).unwrap()
+        })
+        .collect();
     System {
         booking_urls: urls,
         gateway_url: mock.url.clone(),
         mock,
-        stops,
-        served,
+        instances,
     }
 }
 
 impl System {
     async fn stop(self) {
-        for s in self.stops {
-            let _ = s.send(());
-        }
-        for h in self.served {
-            let _ = tokio::time::timeout(Duration::from_secs(10), h).await;
+        for instance in self.instances {
+            let _ = instance.stop().await;
         }
         self.mock.stop().await;
     }

@@ -20,8 +20,6 @@ async fn the_load_signs_each_candidates_token_and_the_instance_takes_it() {
         candidate_auth: true,
         ..Profile::default()
     };
-    let listeners = booking_server::Listeners::loopback().await.unwrap();
-    let url = listeners.public_url().unwrap();
     let mock = mock_gateway::start_local(
         mock_gateway::Config::default(),
         mock_gateway::ScriptSpec::default(),
@@ -35,28 +33,19 @@ async fn the_load_signs_each_candidates_token_and_the_instance_takes_it() {
             cap: 1_000,
             price: "500.00".into(),
         }],
-        listen: listeners.public.local_addr().unwrap(),
-        admin_listen: listeners.admin.local_addr().unwrap(),
         // what a rehearsal's fleet runs with
         candidate_auth: scenarios::candidate_tokens::server_config(&profile),
         ..ServerConfig::default()
     };
     config.gateway.base_url = mock.url.clone();
-    let server = Arc::new(booking_server::build(&config, &url).await.unwrap());
+    let spawned = booking_server::Spawned::start(config).await.unwrap();
+    let (server, url) = (spawned.server.clone(), spawned.public.clone());
     let candidates: Vec<String> = (0..200).map(|i| format!("signed-{i:04}")).collect();
     booking_server::ops::reset(&server).await.unwrap();
     booking_server::ops::load_candidates(&server, &candidates)
         .await
         .unwrap();
     booking_server::ops::open(&server).await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(booking_server::serve(
-        server.clone(),
-        listeners,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
 
     let load_profile = LoadProfile {
         rate: 50.0,
@@ -149,7 +138,6 @@ async fn the_load_signs_each_candidates_token_and_the_instance_takes_it() {
     );
     assert_eq!(u64::from(taken().await), n);
 
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(10), served).await;
+    let _ = spawned.stop().await;
     mock.stop().await;
 }

@@ -24,6 +24,12 @@ fn client(base: &str) -> BkashClient {
     .unwrap()
 }
 
+/// A token grant from the gateway at `base` within `deadline`, which must
+/// fail: why.
+async fn grant_refused(base: &str, deadline: Duration) -> GatewayError {
+    client(base).grant(deadline).await.unwrap_err()
+}
+
 /// Answers one request with `head`, then writes `chunk` `times` times with
 /// `pause` between; returns the bytes of body it managed to write.
 async fn gateway(
@@ -64,10 +70,7 @@ async fn an_oversized_answer_is_unavailable_and_not_read_whole() {
         Duration::ZERO,
     )
     .await;
-    let err = client(&base)
-        .grant(Duration::from_secs(10))
-        .await
-        .unwrap_err();
+    let err = grant_refused(&base, Duration::from_secs(10)).await;
     match &err {
         GatewayError::Unavailable(why) => {
             assert!(
@@ -93,10 +96,7 @@ async fn an_announced_oversized_answer_is_refused_before_reading() {
         Duration::ZERO,
     )
     .await;
-    let err = client(&base)
-        .grant(Duration::from_secs(10))
-        .await
-        .unwrap_err();
+    let err = grant_refused(&base, Duration::from_secs(10)).await;
     assert!(
         matches!(&err, GatewayError::Unavailable(why) if why.contains("larger than")),
         "{err:?}"
@@ -114,10 +114,7 @@ async fn a_trickling_answer_times_out_at_the_deadline() {
     )
     .await;
     let started = Instant::now();
-    let err = client(&base)
-        .grant(Duration::from_millis(500))
-        .await
-        .unwrap_err();
+    let err = grant_refused(&base, Duration::from_millis(500)).await;
     let took = started.elapsed();
     assert_eq!(err, GatewayError::Timeout);
     assert!(took < Duration::from_secs(3), "{took:?}");

@@ -444,6 +444,26 @@ impl RedisRecords {
         Ok(found)
     }
 
+    /// The next page of candidates by name: at most [`READ_BATCH_MAX`]
+    /// after `after` (from the first when `None`), by `ZRANGEBYLEX`, so a
+    /// record deleted meanwhile shifts no page.
+    async fn candidates_after(
+        &self,
+        conn: &mut Connection,
+        after: Option<&str>,
+    ) -> Result<Vec<String>, RecordError> {
+        redis::cmd("ZRANGEBYLEX")
+            .arg(&self.keys.all)
+            .arg(after.map_or_else(|| "-".to_owned(), |c| format!("({c}")))
+            .arg("+")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(READ_BATCH_MAX)
+            .query_async(conn)
+            .await
+            .map_err(record_error)
+    }
+
     /// The records of these candidates, read in batches (`HGETALL` each, one
     /// round trip per batch); absent ones are left out.
     async fn records_of(&self, candidates: &[String]) -> Result<Vec<BookingRecord>, RecordError> {
@@ -675,22 +695,9 @@ impl RecordStore for RedisRecords {
         let mut records = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let page: Vec<String> = {
+            let page = {
                 let mut conn = self.conn().await?;
-                redis::cmd("ZRANGEBYLEX")
-                    .arg(&self.keys.all)
-                    .arg(
-                        after
-                            .as_ref()
-                            .map_or_else(|| "-".to_owned(), |c| format!("({c}")),
-                    )
-                    .arg("+")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(READ_BATCH_MAX)
-                    .query_async(&mut *conn)
-                    .await
-                    .map_err(record_error)?
+                self.candidates_after(&mut conn, after.as_deref()).await?
             };
             records.extend(self.records_of(&page).await?);
             if page.len() < READ_BATCH_MAX {
@@ -711,20 +718,7 @@ impl RecordStore for RedisRecords {
         let mut after: Option<String> = None;
         loop {
             let mut conn = self.conn().await?;
-            let page: Vec<String> = redis::cmd("ZRANGEBYLEX")
-                .arg(&self.keys.all)
-                .arg(
-                    after
-                        .as_ref()
-                        .map_or_else(|| "-".to_owned(), |c| format!("({c}")),
-                )
-                .arg("+")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(READ_BATCH_MAX)
-                .query_async(&mut *conn)
-                .await
-                .map_err(record_error)?;
+            let page = self.candidates_after(&mut conn, after.as_deref()).await?;
             if page.is_empty() {
                 return Ok(removed);
             }

@@ -24,6 +24,8 @@
 //!   `/metrics` (with `[faults]` only).
 //! - [`mail`], [`alerts`]: `[mail]` (SMTP or SES) and `[alerts]` (SNS) in
 //!   front of the stack's own logs, which the audit reads.
+//! - [`spawned`]: [`Spawned`], an instance served in this process on
+//!   loopback listeners of its own (tools and other crates' tests).
 //! - [`cli`]: the `booking` binary's subcommands.
 
 pub mod admin;
@@ -41,6 +43,7 @@ pub mod kill;
 pub mod mail;
 pub mod ops;
 pub mod run;
+pub mod spawned;
 
 pub use build::{
     BuildError, Embedded, Provisioned, Server, build, build_sharing, build_with_killer, provision,
@@ -48,3 +51,4 @@ pub use build::{
 pub use config::{FaultsConfig, ServeArgs, ServerConfig, StackKind};
 pub use ops::{AuditReport, Verdict};
 pub use run::{Listeners, serve};
+pub use spawned::{SpawnError, Spawned};

@@ -7,66 +7,39 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use booking_server::config::ServerConfig;
 use serde_json::Value;
 
+mod common;
+use common::serve_refused;
+
 /// The current token and the one being rotated out.
 const CURRENT: &str = "admin-current-0123456789";
 const PREVIOUS: &str = "admin-previous-012345678";
-/// How long a refusal by the debug binary may take.
-const REFUSAL_MAX: Duration = Duration::from_secs(60);
 
-/// Every admin route, as (method, path).
-const ROUTES: [(&str, &str); 11] = [
-    ("POST", "/ops/reset"),
-    ("POST", "/ops/load-candidates"),
-    ("POST", "/ops/open"),
-    ("POST", "/ops/close"),
-    ("GET", "/ops/status"),
-    ("GET", "/ops/counters"),
-    ("GET", "/ops/audit"),
-    ("GET", "/ops/emails/pending"),
-    ("POST", "/ops/emails/resend"),
-    ("GET", "/ops/faults"),
-    ("POST", "/ops/faults/start"),
-];
+/// The fault routes (with `[faults]`): with [`common::SALE_ROUTES`], every
+/// admin route.
+const FAULT_ROUTES: [(&str, &str); 2] = [("GET", "/ops/faults"), ("POST", "/ops/faults/start")];
 
 struct Running {
     public: String,
     admin: String,
     http: reqwest::Client,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    spawned: booking_server::Spawned,
 }
 
 impl Running {
     /// A server built from `config` (its listeners on loopback ports of
     /// their own).
-    async fn start(mut config: ServerConfig) -> Running {
-        let listeners = booking_server::Listeners::loopback().await.unwrap();
-        config.listen = listeners.public.local_addr().unwrap();
-        config.admin_listen = listeners.admin.local_addr().unwrap();
-        let public = listeners.public_url().unwrap();
-        let admin = listeners.admin_url().unwrap();
-        let server = booking_server::build(&config, &public).await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(booking_server::serve(
-            Arc::new(server),
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+    async fn start(config: ServerConfig) -> Running {
+        let spawned = booking_server::Spawned::start(config).await.unwrap();
         Running {
-            public,
-            admin,
+            public: spawned.public.clone(),
+            admin: spawned.admin.clone(),
             http: reqwest::Client::new(),
-            stop,
-            served,
+            spawned,
         }
     }
 
@@ -105,23 +78,11 @@ impl Running {
     }
 
     async fn metrics(&self) -> String {
-        self.http
-            .get(format!("{}/metrics", self.public))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        common::get_text(&self.http, format!("{}/metrics", self.public)).await
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(30), self.served)
-            .await
-            .expect("server stops")
-            .unwrap()
-            .unwrap();
+        self.spawned.stop().await.expect("server stops");
     }
 }
 
@@ -143,7 +104,7 @@ async fn with_a_config_that_names_only_the_sale_no_admin_route_answers_on_the_pu
     );
     assert!(config.admin_listen.ip().is_loopback());
     let r = Running::start(config).await;
-    for (method, path) in ROUTES {
+    for (method, path) in common::SALE_ROUTES.into_iter().chain(FAULT_ROUTES) {
         let (code, _) = r.call(&r.public, method, path, &[]).await;
         assert_eq!(code, 404, "{method} {path} on the public listener");
     }
@@ -229,7 +190,7 @@ async fn with_a_token_every_admin_route_refuses_without_it_counts_and_changes_no
     let before = r.counters(CURRENT).await;
     let mut missing = 0;
     let mut wrong = 0;
-    for (method, path) in ROUTES {
+    for (method, path) in common::SALE_ROUTES.into_iter().chain(FAULT_ROUTES) {
         let (code, body) = r.call(&r.admin, method, path, &[]).await;
         assert_eq!(code, 401, "{method} {path} without a token: {body}");
         missing += 1;
@@ -294,15 +255,7 @@ async fn with_a_token_every_admin_route_refuses_without_it_counts_and_changes_no
     }
     // no token leaks on the public documents
     for path in ["/metrics", "/status.json", "/openapi.json"] {
-        let text = r
-            .http
-            .get(format!("{}{path}", r.public))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = common::get_text(&r.http, format!("{}{path}", r.public)).await;
         assert!(
             !text.contains(CURRENT) && !text.contains(PREVIOUS),
             "{path}"
@@ -346,44 +299,6 @@ async fn with_a_token_every_admin_route_refuses_without_it_counts_and_changes_no
     assert!(status["counters"].is_object(), "{status}");
     r.stop().await;
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// `booking serve` with `config`: its exit status and stderr, once it has
-/// exited (killed and failed if it is still up after [`REFUSAL_MAX`]).
-fn serve_refused(config: &str) -> (std::process::ExitStatus, String) {
-    let path = std::env::temp_dir().join(format!(
-        "booking-admin-refused-{}-{:x}.toml",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_booking"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&path)
-        .env("RUST_LOG", "error")
-        .env_remove("SELLOUT_CONFIG")
-        .env_remove("SELLOUT_ADMIN_TOKEN")
-        .env_remove("SELLOUT_ADMIN_TOKEN_FILE")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > REFUSAL_MAX {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            std::fs::remove_file(&path).unwrap();
-            panic!("the server started with {config:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::fs::remove_file(&path).unwrap();
-    let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
-    (status, stderr)
 }
 
 #[test]

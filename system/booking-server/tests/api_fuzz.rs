@@ -29,14 +29,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use booking::{Level, SaleId, Settings};
+use booking::{SaleId, Settings};
 use booking_server::FaultsConfig;
-use booking_server::config::{Environment, LevelConfig, ServerConfig, StackConfig, StackKind};
+use booking_server::config::{Environment, ServerConfig};
 use serde_json::{Value, json};
 
 /// Cases per operation, at most.
@@ -104,44 +105,25 @@ struct Instance {
     admin: String,
     http: reqwest::Client,
     mock: mock_gateway::Running,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    spawned: booking_server::Spawned,
 }
 
 impl Instance {
     /// `armed`: with `[faults]` (an empty schedule), so the fault routes
     /// exist.
     async fn start(armed: bool) -> Instance {
-        let listeners = booking_server::Listeners::loopback().await.unwrap();
-        let public = listeners.public_url().unwrap();
-        let admin = listeners.admin_url().unwrap();
-        let mock_config = mock_gateway::Config {
-            webhook_urls: vec![format!("{public}/payment/webhook")],
-            ..mock_gateway::Config::default()
-        };
-        let topic = mock_config.topic_arn.clone();
-        let mock = mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default())
-            .await
-            .unwrap();
-        let level = |name: &str, cap: u32| LevelConfig {
-            level: Level::parse(name).unwrap(),
-            cap,
-            price: "500.00".into(),
-        };
-        let mut config = ServerConfig {
+        let config = ServerConfig {
             sale: SaleId::parse(SALE).unwrap(),
-            levels: vec![level("gold", 3), level("silver", 2)],
-            listen: listeners.public.local_addr().unwrap(),
-            admin_listen: listeners.admin.local_addr().unwrap(),
+            levels: vec![
+                common::level("gold", 3, "500.00"),
+                common::level("silver", 2, "500.00"),
+            ],
             admin_token: Some(ADMIN_TOKEN.into()),
             // production needs X-Confirm-Sale on reset, load and close
             // (428 otherwise), which the fuzzer draws at random
             environment: Environment::Rehearsal,
             settings: Settings::default(),
-            stack: StackConfig {
-                kind: StackKind::Embedded,
-                ..StackConfig::default()
-            },
+            stack: common::embedded_stack(),
             key_prefix: SALE.into(),
             faults: armed.then(|| FaultsConfig {
                 instance: "fuzz-1".into(),
@@ -150,26 +132,16 @@ impl Instance {
             }),
             ..ServerConfig::default()
         };
-        config.gateway.base_url = mock.url.clone();
-        config.gateway.mock_ledger = true;
-        config.webhook.loopback_sns_port = Some(mock.addr.port());
-        config.webhook.topic_arns = Some(vec![topic]);
-        let server = booking_server::build(&config, &public).await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(booking_server::serve(
-            Arc::new(server),
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let (spawned, mock) =
+            common::start_with_mock(mock_gateway::Config::default(), config).await;
+        let public = spawned.public.clone();
+        let admin = spawned.admin.clone();
         let instance = Instance {
             public,
             admin,
             http: reqwest::Client::new(),
             mock,
-            stop,
-            served,
+            spawned,
         };
         instance.prepare_sale().await;
         instance
@@ -181,18 +153,11 @@ impl Instance {
     }
 
     async fn ops_with(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self
+        let request = self
             .http
             .request(method, format!("{}{path}", self.admin))
             .bearer_auth(ADMIN_TOKEN);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        assert!(status.is_success(), "{path}: {status} {body}");
-        body
+        common::ok_json(request, body, path).await
     }
 
     /// Reset, the example's candidate loaded, open: the examples book.
@@ -232,12 +197,7 @@ impl Instance {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(15), self.served)
-            .await
-            .expect("server stops")
-            .unwrap()
-            .unwrap();
+        self.spawned.stop().await.expect("server stops");
         self.mock.stop().await;
     }
 }

@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 
 use booking::{CandidateHash, Level, SaleId};
@@ -25,15 +27,11 @@ struct Harness {
     http: reqwest::Client,
     server: Arc<booking_server::Server>,
     _mock: mock_gateway::Running,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    spawned: booking_server::Spawned,
 }
 
 impl Harness {
     async fn start(auth: Option<CandidateAuthConfig>) -> Harness {
-        let listeners = booking_server::Listeners::loopback().await.unwrap();
-        let addr = listeners.public.local_addr().unwrap();
-        let base = format!("http://{addr}");
         let mock = mock_gateway::start_local(
             mock_gateway::Config::default(),
             mock_gateway::ScriptSpec::default(),
@@ -47,34 +45,24 @@ impl Harness {
                 cap: 5,
                 price: "500.00".into(),
             }],
-            listen: addr,
-            admin_listen: listeners.admin.local_addr().unwrap(),
             candidate_auth: auth,
             ..ServerConfig::default()
         };
         config.gateway.base_url = mock.url.clone();
         config.validate().unwrap();
-        let server = Arc::new(booking_server::build(&config, &base).await.unwrap());
+        let spawned = booking_server::Spawned::start(config).await.unwrap();
+        let server = spawned.server.clone();
         ops::reset(&server).await.unwrap();
         ops::load_candidates(&server, ["alice", "bob", "mallory"])
             .await
             .unwrap();
         ops::open(&server).await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(booking_server::serve(
-            server.clone(),
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
         Harness {
-            base,
+            base: spawned.public.clone(),
             http: reqwest::Client::new(),
             server,
             _mock: mock,
-            stop,
-            served,
+            spawned,
         }
     }
 
@@ -97,14 +85,7 @@ impl Harness {
     }
 
     async fn metrics(&self) -> String {
-        self.http
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        common::get_text(&self.http, format!("{}/metrics", self.base)).await
     }
 
     /// Seats counted in the ledger.
@@ -125,8 +106,7 @@ impl Harness {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        self.served.await.unwrap().unwrap();
+        self.spawned.stop().await.expect("server stops");
     }
 }
 

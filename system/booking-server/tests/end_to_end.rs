@@ -13,6 +13,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 #[path = "../../booking-redis/tests/support/redis_server.rs"]
 mod redis_server;
 #[path = "../../booking-smtp/tests/support/smtp_sink.rs"]
@@ -21,10 +22,9 @@ mod smtp_sink;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use booking::{Level, SaleId, Settings};
-use booking_server::config::{
-    AwsStackConfig, LevelConfig, MailConfig, MailKind, ServerConfig, StackConfig, StackKind,
-};
+use booking::SaleId;
+use booking_server::config::{MailConfig, MailKind, ServerConfig, StackConfig, StackKind};
+use common::sum_of;
 use mock_gateway::payer::{Behaviour, Payer};
 use redis_server::RedisServer;
 use serde_json::{Value, json};
@@ -32,89 +32,40 @@ use serde_json::{Value, json};
 /// The longest wait for the background loops to settle.
 const SETTLE_MAX: Duration = Duration::from_secs(12);
 
-fn settings() -> Settings {
-    Settings {
-        hold: Duration::from_secs(2),
-        sweep_interval: Duration::from_millis(200),
-        sweep_window: Duration::from_millis(1_200),
-        sweep_budget: Duration::from_secs(1),
-        visibility_timeout: Duration::from_secs(1),
-        status_throttle: Duration::from_millis(100),
-        booking_copy_slack: Duration::from_secs(2),
-        // outlives a whole request (Relation::PendingStaleOutlivesRequest)
-        pending_stale_after: booking::settings::REQUEST_DEADLINE
-            + booking::settings::CLOCK_SKEW_MAX,
-        ..Settings::default()
-    }
-}
-
 struct Harness {
     base: String,
     /// The admin listener: every `/ops/` path goes there.
     admin: String,
     http: reqwest::Client,
     mock: mock_gateway::Running,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    spawned: booking_server::Spawned,
 }
 
 impl Harness {
     /// The mock gateway and a server on `stack`, keys under `key_prefix`.
     async fn start(stack: StackConfig, key_prefix: &str, mail: MailConfig) -> Harness {
-        let listeners = booking_server::Listeners::loopback().await.unwrap();
-        let addr = listeners.public.local_addr().unwrap();
-        let base = format!("http://{addr}");
-        let admin = listeners.admin_url().unwrap();
-        let mock_config = mock_gateway::Config {
-            webhook_urls: vec![format!("{base}/payment/webhook")],
-            ..mock_gateway::Config::default()
-        };
-        let topic = mock_config.topic_arn.clone();
-        let mock = mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default())
-            .await
-            .unwrap();
-        let mut config = ServerConfig {
+        let config = ServerConfig {
             sale: SaleId::parse("e2e").unwrap(),
             levels: vec![
-                LevelConfig {
-                    level: Level::parse("gold").unwrap(),
-                    cap: 3,
-                    price: "500.00".into(),
-                },
-                LevelConfig {
-                    level: Level::parse("silver").unwrap(),
-                    cap: 2,
-                    price: "300.00".into(),
-                },
+                common::level("gold", 3, "500.00"),
+                common::level("silver", 2, "300.00"),
             ],
-            listen: addr,
-            admin_listen: listeners.admin.local_addr().unwrap(),
-            settings: settings(),
+            settings: common::fast_settings(Duration::from_secs(2)),
             stack,
             key_prefix: key_prefix.into(),
             mail,
             ..ServerConfig::default()
         };
-        config.gateway.base_url = mock.url.clone();
-        config.gateway.mock_ledger = true;
-        config.webhook.loopback_sns_port = Some(mock.addr.port());
-        config.webhook.topic_arns = Some(vec![topic]);
-        let server = booking_server::build(&config, &base).await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(booking_server::serve(
-            Arc::new(server),
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let (spawned, mock) =
+            common::start_with_mock(mock_gateway::Config::default(), config).await;
+        let base = spawned.public.clone();
+        let admin = spawned.admin.clone();
         Harness {
             base,
             admin,
             http: reqwest::Client::new(),
             mock,
-            stop,
-            served,
+            spawned,
         }
     }
 
@@ -193,12 +144,7 @@ impl Harness {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(10), self.served)
-            .await
-            .expect("server stops")
-            .unwrap()
-            .unwrap();
+        self.spawned.stop().await.expect("server stops");
         self.mock.stop().await;
     }
 }
@@ -274,10 +220,7 @@ async fn pay(payer: &Payer, booking: &Value, behaviour: Behaviour) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rehearsal_holds_every_invariant_and_releases_abandoned_seats() {
-    let stack = StackConfig {
-        kind: StackKind::Embedded,
-        ..StackConfig::default()
-    };
+    let stack = common::embedded_stack();
     rehearsal(stack, "e2e", &[], MailConfig::default()).await;
 }
 
@@ -285,21 +228,8 @@ async fn a_rehearsal_holds_every_invariant_and_releases_abandoned_seats() {
 async fn a_rehearsal_mailing_over_smtp_delivers_one_email_per_paid_booking() {
     // a real SMTP server (aiosmtpd); the audit counts what it delivered
     let sink = smtp_sink::Sink::start(&[]);
-    let mail = MailConfig {
-        kind: MailKind::Smtp,
-        smtp: booking_smtp::SmtpConfig {
-            host: "127.0.0.1".into(),
-            port: sink.port,
-            tls: booking_smtp::SmtpTls::None,
-            ..booking_smtp::SmtpConfig::default()
-        },
-        readback_maildir: Some(sink.maildir.clone()),
-        ..MailConfig::default()
-    };
-    let stack = StackConfig {
-        kind: StackKind::Embedded,
-        ..StackConfig::default()
-    };
+    let mail = common::smtp_mail(sink.port, sink.maildir.clone());
+    let stack = common::embedded_stack();
     rehearsal(stack, "e2e", &[], mail).await;
     let delivered = sink.log().delivered().unwrap();
     let mut ids: Vec<&str> = delivered.iter().map(|d| d.message_id.as_str()).collect();
@@ -339,22 +269,13 @@ async fn a_rehearsal_on_aws_holds_every_invariant_and_fills_the_back_office() {
     let postgres = std::env::var("SELLOUT_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".to_owned());
     let stack = StackConfig {
-        kind: StackKind::Aws,
-        redis_url: redis.url(),
-        redis_pool_size: 16,
         postgres_url: Some(postgres.clone()),
         postgres_schema: format!("e2e_{id}"),
-        aws: AwsStackConfig {
-            prefix: format!("e2e{id}"),
-            sdk: local.settings(),
-            allow_unsupported_settings: true,
-            ..AwsStackConfig::default()
-        },
-        ..StackConfig::default()
+        ..common::aws_stack(redis.url(), 16, local.settings(), format!("e2e{id}"))
     };
     let config = ServerConfig {
         stack: stack.clone(),
-        settings: settings(),
+        settings: common::fast_settings(Duration::from_secs(2)),
         ..ServerConfig::default()
     };
     let done = booking_server::provision(&config, false).await.unwrap();
@@ -527,15 +448,6 @@ async fn rehearsal(
     h.stop().await;
 }
 
-/// The sum of every sample of `metric` (a name with its opening brace, or a
-/// full series) in OpenMetrics text.
-fn sum_of(text: &str, metric: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(metric))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn emails_owed_while_smtp_is_down_are_listed_then_resent_once() {
     // nothing listens on the SMTP port yet: the winner's send fails
@@ -557,10 +469,7 @@ async fn emails_owed_while_smtp_is_down_are_listed_then_resent_once() {
         readback_maildir: Some(maildir.clone()),
         ..MailConfig::default()
     };
-    let stack = StackConfig {
-        kind: StackKind::Embedded,
-        ..StackConfig::default()
-    };
+    let stack = common::embedded_stack();
     let h = Harness::start(stack, "e2e-owed", mail).await;
     let payer = Payer::new(Duration::from_secs(10)).unwrap();
     assert_eq!(h.post("/ops/reset", None).await.0, 200);

@@ -7,10 +7,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use booking::{Clock, Settings, SystemClock};
+use booking::{Clock, SystemClock};
 use booking_server::config::{Environment, FaultsConfig, ServerConfig};
 use serde_json::{Value, json};
 
@@ -18,28 +19,13 @@ const TOKEN: &str = "fault-hooks-token-0123";
 /// The longest wait for the background loops to reach a port.
 const SETTLE_MAX: Duration = Duration::from_secs(15);
 
-fn settings() -> Settings {
-    Settings {
-        hold: Duration::from_secs(2),
-        sweep_interval: Duration::from_millis(200),
-        sweep_window: Duration::from_millis(1_200),
-        sweep_budget: Duration::from_secs(1),
-        visibility_timeout: Duration::from_secs(1),
-        status_throttle: Duration::from_millis(100),
-        booking_copy_slack: Duration::from_secs(2),
-        pending_stale_after: booking::settings::REQUEST_DEADLINE
-            + booking::settings::CLOCK_SKEW_MAX,
-        ..Settings::default()
-    }
-}
-
 /// A rehearsal's config armed with `schedule` (TOML of `[[fault]]`s) as
 /// `instance`; no `[faults]` when `schedule` is `None`.
 fn config(schedule: Option<&str>, instance: &str) -> ServerConfig {
     ServerConfig {
         environment: Environment::Rehearsal,
         admin_token: Some(TOKEN.into()),
-        settings: settings(),
+        settings: common::fast_settings(Duration::from_secs(2)),
         faults: schedule.map(|s| FaultsConfig {
             instance: instance.into(),
             seed: 7,
@@ -66,8 +52,7 @@ struct Harness {
     admin: String,
     http: reqwest::Client,
     mock: mock_gateway::Running,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    spawned: booking_server::Spawned,
 }
 
 impl Harness {
@@ -78,29 +63,14 @@ impl Harness {
         )
         .await
         .unwrap();
-        let listeners = booking_server::Listeners::loopback().await.unwrap();
-        let addr = listeners.public.local_addr().unwrap();
-        let base = format!("http://{addr}");
-        let admin = listeners.admin_url().unwrap();
-        config.listen = addr;
-        config.admin_listen = listeners.admin.local_addr().unwrap();
         config.gateway.base_url = mock.url.clone();
-        let server = booking_server::build(&config, &base).await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(booking_server::serve(
-            Arc::new(server),
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let spawned = booking_server::Spawned::start(config).await.unwrap();
         Harness {
-            base,
-            admin,
+            base: spawned.public.clone(),
+            admin: spawned.admin.clone(),
             http: reqwest::Client::new(),
             mock,
-            stop,
-            served,
+            spawned,
         }
     }
 
@@ -193,12 +163,7 @@ impl Harness {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(10), self.served)
-            .await
-            .expect("server stops")
-            .unwrap()
-            .unwrap();
+        self.spawned.stop().await.expect("server stops");
         self.mock.stop().await;
     }
 }

@@ -6,9 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use booking::CandidateHash;
 use booking_server::config::ServerConfig;
 use booking_server::ops::LOAD_BODY_BYTES_MAX;
@@ -40,25 +37,14 @@ fn cli_load(base: &str, file: &std::path::Path) -> (bool, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_longer_than_a_request_loads_whole_through_the_cli_and_never_half() {
-    let listeners = booking_server::Listeners::loopback().await.unwrap();
-    let public = listeners.public_url().unwrap();
-    // the ops steps go to the admin listener
-    let base = listeners.admin_url().unwrap();
-    let config = ServerConfig {
+    let spawned = booking_server::Spawned::start(ServerConfig {
         admin_token: Some(TOKEN.into()),
-        listen: listeners.public.local_addr().unwrap(),
-        admin_listen: listeners.admin.local_addr().unwrap(),
         ..ServerConfig::default()
-    };
-    let server = booking_server::build(&config, &public).await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(booking_server::serve(
-        Arc::new(server),
-        listeners,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    })
+    .await
+    .unwrap();
+    // the ops steps go to the admin listener
+    let base = spawned.admin.clone();
     let http = reqwest::Client::new();
     let reset = http
         .post(format!("{base}/ops/reset"))
@@ -116,10 +102,5 @@ async fn a_list_longer_than_a_request_loads_whole_through_the_cli_and_never_half
     );
 
     let _ = std::fs::remove_file(&file);
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(10), served)
-        .await
-        .expect("server stops")
-        .unwrap()
-        .unwrap();
+    spawned.stop().await.expect("server stops");
 }

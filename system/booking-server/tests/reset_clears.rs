@@ -12,6 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 #[path = "../../booking-redis/tests/support/redis_server.rs"]
 mod redis_server;
 #[path = "../../booking-smtp/tests/support/smtp_sink.rs"]
@@ -23,31 +24,25 @@ use std::time::{Duration, Instant};
 use booking::coordination::keys;
 use booking::queue::Message;
 use booking::records::RecordStatus;
-use booking::{CandidateHash, Level, SaleId, Settings};
+use booking::{CandidateHash, SaleId};
 use booking_server::Server;
-use booking_server::config::{
-    AwsStackConfig, LevelConfig, MailConfig, MailKind, ServerConfig, StackConfig, StackKind,
-};
+use booking_server::config::{MailConfig, ServerConfig, StackConfig, StackKind};
 use booking_server::ops::{self, GatewayTruth};
 use mock_gateway::payer::{Behaviour, Payer};
 use serde_json::{Value, json};
 
 const SETTLE_MAX: Duration = Duration::from_secs(20);
+/// Long enough that the HELD booking is still held at the reset.
+const HOLD: Duration = Duration::from_secs(60);
 
-fn settings() -> Settings {
-    Settings {
-        // long enough that the HELD booking is still held at the reset
-        hold: Duration::from_secs(60),
-        sweep_interval: Duration::from_millis(200),
-        sweep_window: Duration::from_millis(1_200),
-        sweep_budget: Duration::from_secs(1),
-        visibility_timeout: Duration::from_secs(1),
-        status_throttle: Duration::from_millis(100),
-        booking_copy_slack: Duration::from_secs(2),
-        pending_stale_after: booking::settings::REQUEST_DEADLINE
-            + booking::settings::CLOCK_SKEW_MAX,
-        ..Settings::default()
-    }
+/// Makes the embedded stack's mailer fail every send (`down`) or work again.
+fn mail_down(server: &Server, down: bool) {
+    server
+        .local_outputs
+        .as_ref()
+        .unwrap()
+        .mailer
+        .set_unavailable(down);
 }
 
 struct Harness {
@@ -55,8 +50,7 @@ struct Harness {
     http: reqwest::Client,
     mock: mock_gateway::Running,
     server: Arc<Server>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    spawned: booking_server::Spawned,
 }
 
 impl Harness {
@@ -65,59 +59,28 @@ impl Harness {
     }
 
     async fn start_mailing(stack: StackConfig, key_prefix: &str, mail: MailConfig) -> Harness {
-        let listeners = booking_server::Listeners::loopback().await.unwrap();
-        let addr = listeners.public.local_addr().unwrap();
-        let base = format!("http://{addr}");
-        let mock_config = mock_gateway::Config {
-            webhook_urls: vec![format!("{base}/payment/webhook")],
-            ..mock_gateway::Config::default()
-        };
-        let topic = mock_config.topic_arn.clone();
-        let mock = mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default())
-            .await
-            .unwrap();
-        let mut config = ServerConfig {
+        let config = ServerConfig {
             sale: SaleId::parse("again").unwrap(),
             levels: vec![
-                LevelConfig {
-                    level: Level::parse("gold").unwrap(),
-                    cap: 3,
-                    price: "500.00".into(),
-                },
-                LevelConfig {
-                    level: Level::parse("silver").unwrap(),
-                    cap: 2,
-                    price: "300.00".into(),
-                },
+                common::level("gold", 3, "500.00"),
+                common::level("silver", 2, "300.00"),
             ],
-            listen: addr,
-            admin_listen: listeners.admin.local_addr().unwrap(),
-            settings: settings(),
+            settings: common::fast_settings(HOLD),
             stack,
             key_prefix: key_prefix.into(),
             mail,
             ..ServerConfig::default()
         };
-        config.gateway.base_url = mock.url.clone();
-        config.gateway.mock_ledger = true;
-        config.webhook.loopback_sns_port = Some(mock.addr.port());
-        config.webhook.topic_arns = Some(vec![topic]);
-        let server = Arc::new(booking_server::build(&config, &base).await.unwrap());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(booking_server::serve(
-            server.clone(),
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let (spawned, mock) =
+            common::start_with_mock(mock_gateway::Config::default(), config).await;
+        let base = spawned.public.clone();
+        let server = spawned.server.clone();
         Harness {
             base,
             http: reqwest::Client::new(),
             mock,
             server,
-            stop,
-            served,
+            spawned,
         }
     }
 
@@ -134,15 +97,7 @@ impl Harness {
     }
 
     async fn truth(&self) -> GatewayTruth {
-        let text = self
-            .http
-            .get(format!("{}/__mock/ledger", self.mock.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = common::get_text(&self.http, format!("{}/__mock/ledger", self.mock.url)).await;
         GatewayTruth::from_json(&text).unwrap()
     }
 
@@ -173,12 +128,7 @@ impl Harness {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(10), self.served)
-            .await
-            .expect("server stops")
-            .unwrap()
-            .unwrap();
+        self.spawned.stop().await.expect("server stops");
         self.mock.stop().await;
     }
 }
@@ -240,12 +190,7 @@ async fn two_rounds(stack: StackConfig, key_prefix: &str, owed_email: bool) {
     let _b2 = book_held(&h, "cand-02", "silver").await;
     pay(&payer, &b0).await;
     if owed_email {
-        server
-            .local_outputs
-            .as_ref()
-            .unwrap()
-            .mailer
-            .set_unavailable(true);
+        mail_down(&server, true);
     }
     pay(&payer, &b1).await;
     // a poison message: the worker sends it on to the dead-letter queue
@@ -260,28 +205,25 @@ async fn two_rounds(stack: StackConfig, key_prefix: &str, owed_email: bool) {
         .unwrap();
     h.settle_records("round 1", &[("gold", 0, 2), ("silver", 1, 0)])
         .await;
-    let start = Instant::now();
-    while stack.queue.dead_letters().await.unwrap().is_empty() {
-        assert!(
-            start.elapsed() < SETTLE_MAX,
-            "the poison never dead-lettered"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::wait_until(
+        "the poison never dead-lettered",
+        SETTLE_MAX,
+        || async move { !stack.queue.dead_letters().await.unwrap().is_empty() },
+    )
+    .await;
     let retry_key = keys::email_retry(
         &stack.prefix,
         &stack.sale,
         &booking::PaymentId::parse(b1["payment_id"].as_str().unwrap()).unwrap(),
     );
     if owed_email {
-        let start = Instant::now();
-        while stack.coordination.get(&retry_key).await.unwrap().is_none() {
-            assert!(
-                start.elapsed() < SETTLE_MAX,
-                "no retry state for the owed email"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let retry_key = &retry_key;
+        common::wait_until(
+            "no retry state for the owed email",
+            SETTLE_MAX,
+            || async move { stack.coordination.get(retry_key).await.unwrap().is_some() },
+        )
+        .await;
         let owed = ops::emails_pending(&server).await.unwrap();
         assert_eq!(owed.owed.len(), 1, "{owed:?}");
     }
@@ -377,12 +319,7 @@ async fn two_rounds(stack: StackConfig, key_prefix: &str, owed_email: bool) {
     assert_eq!(stack.coordination.get(&retry_key).await.unwrap(), None);
     assert!(ops::emails_pending(&server).await.unwrap().owed.is_empty());
     if owed_email {
-        server
-            .local_outputs
-            .as_ref()
-            .unwrap()
-            .mailer
-            .set_unavailable(false);
+        mail_down(&server, false);
     }
     // not eligible any more: the candidates went with the reset
     let (code, refused) = h.book("cand-00", "gold").await;
@@ -427,10 +364,7 @@ async fn two_rounds(stack: StackConfig, key_prefix: &str, owed_email: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reset_clears_the_embedded_sale_for_a_second_round() {
-    let stack = StackConfig {
-        kind: StackKind::Embedded,
-        ..StackConfig::default()
-    };
+    let stack = common::embedded_stack();
     two_rounds(stack, "reset-embedded", true).await;
 }
 
@@ -461,21 +395,10 @@ async fn reset_clears_the_aws_sale_for_a_second_round() {
     let redis = redis_server::RedisServer::start_with(&["--appendonly", "yes"]);
     let local = booking_aws_local::LocalAws::start().await.unwrap();
     let id = format!("{:016x}", rand::random::<u64>());
-    let stack = StackConfig {
-        kind: StackKind::Aws,
-        redis_url: redis.url(),
-        redis_pool_size: 8,
-        aws: AwsStackConfig {
-            prefix: format!("reset{id}"),
-            sdk: local.settings(),
-            allow_unsupported_settings: true,
-            ..AwsStackConfig::default()
-        },
-        ..StackConfig::default()
-    };
+    let stack = common::aws_stack(redis.url(), 8, local.settings(), format!("reset{id}"));
     let config = ServerConfig {
         stack: stack.clone(),
-        settings: settings(),
+        settings: common::fast_settings(HOLD),
         ..ServerConfig::default()
     };
     booking_server::provision(&config, false).await.unwrap();
@@ -489,21 +412,8 @@ async fn reset_clears_the_aws_sale_for_a_second_round() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reset_refuses_while_a_mail_log_it_cannot_clear_holds_the_sales_mail() {
     let sink = smtp_sink::Sink::start(&[]);
-    let mail = MailConfig {
-        kind: MailKind::Smtp,
-        smtp: booking_smtp::SmtpConfig {
-            host: "127.0.0.1".into(),
-            port: sink.port,
-            tls: booking_smtp::SmtpTls::None,
-            ..booking_smtp::SmtpConfig::default()
-        },
-        readback_maildir: Some(sink.maildir.clone()),
-        ..MailConfig::default()
-    };
-    let stack = StackConfig {
-        kind: StackKind::Embedded,
-        ..StackConfig::default()
-    };
+    let mail = common::smtp_mail(sink.port, sink.maildir.clone());
+    let stack = common::embedded_stack();
     let h = Harness::start_mailing(stack, "reset-smtp", mail).await;
     let server = h.server.clone();
     let payer = Payer::new(Duration::from_secs(10)).unwrap();
@@ -516,14 +426,13 @@ async fn reset_refuses_while_a_mail_log_it_cannot_clear_holds_the_sales_mail() {
     let b0 = book_held(&h, "cand-00", "gold").await;
     pay(&payer, &b0).await;
     h.settle_records("paid", &[("gold", 0, 1)]).await;
-    let start = Instant::now();
-    while server.outputs.sent_mail().await.unwrap().is_empty() {
-        assert!(
-            start.elapsed() < SETTLE_MAX,
-            "the email never reached the maildir"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let outputs = &server.outputs;
+    common::wait_until(
+        "the email never reached the maildir",
+        SETTLE_MAX,
+        || async move { !outputs.sent_mail().await.unwrap().is_empty() },
+    )
+    .await;
 
     ops::close(&server).await.unwrap();
     let refused = ops::reset(&server).await.unwrap_err();

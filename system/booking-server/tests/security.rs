@@ -35,13 +35,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use booking::{Level, SaleId, Settings};
-use booking_server::config::{Environment, LevelConfig, ServerConfig, StackConfig, StackKind};
+use booking::{SaleId, Settings};
+use booking_server::config::{Environment, ServerConfig, StackConfig, StackKind};
+use common::sum_of;
 use mock_gateway::payer::{ActResult, Payer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -95,8 +98,7 @@ struct Instance {
     mock: mock_gateway::Running,
     trap: Trap,
     secrets: Secrets,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    spawned: booking_server::Spawned,
 }
 
 /// What "nothing changed" compares.
@@ -112,10 +114,6 @@ impl Instance {
     /// An instance on `stack` (keys under `prefix`), the sale open with
     /// `candidates` loaded.
     async fn start(stack: StackConfig, prefix: &str, candidates: usize) -> Instance {
-        let listeners = booking_server::Listeners::loopback().await.unwrap();
-        let public = listeners.public_url().unwrap();
-        let public_addr = listeners.public.local_addr().unwrap();
-        let admin = listeners.admin_url().unwrap();
         let r = rand::random::<u64>();
         let secrets = Secrets {
             password: format!("pw-{r:016x}-secret"),
@@ -130,24 +128,15 @@ impl Instance {
             app_secret: secrets.app_secret.clone(),
         };
         let mock_config = mock_gateway::Config {
-            webhook_urls: vec![format!("{public}/payment/webhook")],
             merchants: vec![merchant],
             ..mock_gateway::Config::default()
         };
-        let topic = mock_config.topic_arn.clone();
-        let mock = mock_gateway::start_local(mock_config, mock_gateway::ScriptSpec::default())
-            .await
-            .unwrap();
-        let level = |name: &str, cap: u32| LevelConfig {
-            level: Level::parse(name).unwrap(),
-            cap,
-            price: "500.00".into(),
-        };
         let mut config = ServerConfig {
             sale: SaleId::parse(SALE).unwrap(),
-            levels: vec![level("gold", 50), level("silver", 2)],
-            listen: public_addr,
-            admin_listen: listeners.admin.local_addr().unwrap(),
+            levels: vec![
+                common::level("gold", 50, "500.00"),
+                common::level("silver", 2, "500.00"),
+            ],
             admin_token: Some(secrets.admin_token.clone()),
             environment: Environment::Rehearsal,
             settings: Settings::default(),
@@ -155,23 +144,14 @@ impl Instance {
             key_prefix: prefix.into(),
             ..ServerConfig::default()
         };
-        config.gateway.base_url = mock.url.clone();
         config.gateway.username = "sec-merchant".into();
         config.gateway.password = secrets.password.clone();
         config.gateway.app_key = secrets.app_key.clone();
         config.gateway.app_secret = secrets.app_secret.clone();
-        config.gateway.mock_ledger = true;
-        config.webhook.loopback_sns_port = Some(mock.addr.port());
-        config.webhook.topic_arns = Some(vec![topic]);
-        let server = booking_server::build(&config, &public).await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(booking_server::serve(
-            Arc::new(server),
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let (spawned, mock) = common::start_with_mock(mock_config, config).await;
+        let public = spawned.public.clone();
+        let admin = spawned.admin.clone();
+        let public_addr = spawned.server.config.listen;
         let i = Instance {
             public,
             public_addr,
@@ -180,8 +160,7 @@ impl Instance {
             mock,
             trap: Trap::start().await,
             secrets,
-            stop,
-            served,
+            spawned,
         };
         i.ops("/ops/reset", None).await;
         let list: Vec<String> = (0..candidates).map(|n| format!("sec-{n:03}")).collect();
@@ -193,19 +172,12 @@ impl Instance {
     }
 
     async fn ops_with(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self
+        let request = self
             .http
             .request(method, format!("{}{path}", self.admin))
             .bearer_auth(&self.secrets.admin_token)
             .header("x-confirm-sale", SALE);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        assert!(status.is_success(), "{path}: {status} {body}");
-        body
+        common::ok_json(request, body, path).await
     }
 
     async fn ops(&self, path: &str, body: Option<Value>) -> Value {
@@ -312,13 +284,13 @@ impl Instance {
             .as_u16()
     }
 
+    /// An instance on the embedded stack (keys under [`SALE`]).
+    async fn embedded(candidates: usize) -> Instance {
+        Instance::start(common::embedded_stack(), SALE, candidates).await
+    }
+
     async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(30), self.served)
-            .await
-            .expect("server stops")
-            .unwrap()
-            .unwrap();
+        self.spawned.stop().await.expect("server stops");
         self.mock.stop().await;
         self.trap.task.abort();
     }
@@ -327,13 +299,7 @@ impl Instance {
 /// The stacks the suite runs on: embedded always; Redis when one answers
 /// on 127.0.0.1:6379.
 async fn stacks() -> Vec<(StackConfig, String)> {
-    let mut out = vec![(
-        StackConfig {
-            kind: StackKind::Embedded,
-            ..StackConfig::default()
-        },
-        SALE.to_owned(),
-    )];
+    let mut out = vec![(common::embedded_stack(), SALE.to_owned())];
     if TcpStream::connect("127.0.0.1:6379").await.is_ok() {
         out.push((
             StackConfig {
@@ -767,19 +733,6 @@ async fn half_open_clients(i: &Instance) {
 // ---------------------------------------------------------------------------
 // admin routes
 
-/// Every admin route that changes the sale or reads it, as (method, path).
-const ADMIN_ROUTES: [(&str, &str); 9] = [
-    ("POST", "/ops/reset"),
-    ("POST", "/ops/load-candidates"),
-    ("POST", "/ops/open"),
-    ("POST", "/ops/close"),
-    ("GET", "/ops/status"),
-    ("GET", "/ops/counters"),
-    ("GET", "/ops/audit"),
-    ("GET", "/ops/emails/pending"),
-    ("POST", "/ops/emails/resend"),
-];
-
 /// The admin routes: absent from the public listener (404, whatever the
 /// token), and on the admin listener refused without the token, with a
 /// wrong one (one byte off, the right one as Basic, in the query string,
@@ -808,7 +761,7 @@ async fn admin_routes(i: &Instance) {
     let refused_before = sum_of(&i.get("/metrics").await.1, "booking_admin_refused_total");
     let mut refused = 0u64;
     i.unchanged("the admin routes attacked", async {
-        for (method, path) in ADMIN_ROUTES {
+        for (method, path) in common::SALE_ROUTES {
             let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
             // the public listener has no admin route, with or without the token
             for auth in [None, Some(format!("Bearer {token}"))] {
@@ -874,14 +827,6 @@ async fn admin_routes(i: &Instance) {
     );
 }
 
-/// The sum of every series of `metric` in OpenMetrics text.
-fn sum_of(text: &str, metric: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(metric))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 // ---------------------------------------------------------------------------
 
 /// Deletes the keys under `prefix` on 127.0.0.1:6379 (best effort, with
@@ -931,15 +876,7 @@ async fn every_attack_is_refused_and_changes_nothing_on_each_stack() {
 /// preflight. The route now answers 415 to anything but `application/json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_json_body_sent_as_text_plain_is_refused() {
-    let i = Instance::start(
-        StackConfig {
-            kind: StackKind::Embedded,
-            ..StackConfig::default()
-        },
-        SALE,
-        1,
-    )
-    .await;
+    let i = Instance::embedded(1).await;
     i.unchanged("a JSON body sent as text/plain", async {
         let (status, answer) = i
             .post_raw(
@@ -971,15 +908,7 @@ async fn a_json_body_sent_as_text_plain_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_stalled_in_its_head_is_cut_off_at_the_default_header_timeout() {
-    let i = Instance::start(
-        StackConfig {
-            kind: StackKind::Embedded,
-            ..StackConfig::default()
-        },
-        SALE,
-        1,
-    )
-    .await;
+    let i = Instance::embedded(1).await;
     let limit = booking_server::http_serve::HEADER_READ_TIMEOUT;
     let mut s = TcpStream::connect(i.public_addr).await.unwrap();
     s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: ")
