@@ -279,6 +279,8 @@ struct Instance {
 /// A deployment driven through its `/ops/` routes.
 #[derive(Debug)]
 struct Remote {
+    /// Its public listener (the API, `/status.json`).
+    public: String,
     /// Its admin listener (the `/ops/` routes).
     base: String,
     http: reqwest::Client,
@@ -449,6 +451,7 @@ impl Fleet {
                     overdue_after,
                     instances: Vec::new(),
                     remote: Some(Remote {
+                        public: base.trim_end_matches('/').to_owned(),
                         base: admin.trim_end_matches('/').to_owned(),
                         http: reqwest::Client::builder()
                             .timeout(TARGET_CALL_MAX)
@@ -839,7 +842,8 @@ impl Fleet {
         timeout: Duration,
     ) -> Result<Option<booking::StatusDocument>, FleetError> {
         let bytes = if let Some(r) = &self.remote {
-            let url = format!("{}/status.json", r.base);
+            // the public document, on the public listener
+            let url = format!("{}/status.json", r.public);
             let err = |e: String| FleetError::Target(url.clone(), e);
             let resp = r
                 .http
