@@ -65,6 +65,10 @@ gateway *ARGS:
 test *ARGS:
     scripts/test {{ARGS}}
 
+# Mutation testing of the core crates (cargo-mutants, in a copy with --copy): a score table per file, exit 1 when a package catches under 90 % of its viable mutants; `just mutants money` for the money path only, `just mutants lua` for the ledger's Lua scripts, `just mutants ci` for the step scripts/test runs. Results in target/mutants/<scope>/.
+mutants WHAT="core" *ARGS:
+    scripts/mutants {{WHAT}} {{ARGS}}
+
 # Run a booking instance (API + background loops) against a gateway; `just booking --help` for flags.
 booking *ARGS:
     cargo run --release -p booking-server -- {{ARGS}}

@@ -544,7 +544,7 @@ fn regression_the_safety_net_never_releases_a_hold_in_doubt() {
 /// shrinks it. (The rehearsal-level zoo runs the whole harness.)
 #[test]
 fn the_property_catches_the_zoos_component_bugs() {
-    use proptest::test_runner::{Config, TestError, TestRunner};
+    use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
     for (bug, invariant) in [
         // the PAID record is lost: seen as a completed payment with no PAID
         // booking, or first as its email (sent before the lost record's mark)
@@ -553,11 +553,16 @@ fn the_property_catches_the_zoos_component_bugs() {
         (Bug::EmailBeforePaid, "one_email_per_payment"),
         (Bug::ReleaseOnUnansweredQuery, "completed_is_paid"),
     ] {
-        let mut runner = TestRunner::new(Config {
-            cases: 2_000,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        // a fixed stream of cases: with a random one the search sometimes
+        // missed the rarest bug (a mutation run's baseline failed on it)
+        let mut runner = TestRunner::new_with_rng(
+            Config {
+                cases: 2_000,
+                failure_persistence: None,
+                ..Config::default()
+            },
+            TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+        );
         let found = runner.run(&proptest::collection::vec(op(), 1..60), |ops| {
             replay_with(Bugs::of([bug]), &ops).map_err(TestCaseError::fail)
         });
