@@ -661,6 +661,137 @@ async fn unreadable_records_are_corrupt_and_left_alone() {
     assert!(corrupt(l.paid(&s, &cs[1]).await.map(drop)));
 }
 
+/// A cap or a count that is not a number refuses the admission as a corrupt
+/// ledger (an alarm, not a retry) and counts and holds nothing; a hold of
+/// the wrong shape (a state that disagrees with its number of fields) is
+/// corrupt, never read as a hold of the other state.
+#[tokio::test]
+async fn an_unreadable_cap_count_or_hold_shape_is_corrupt_and_admits_nothing() {
+    let server = RedisServer::start();
+    let l = redis_ledger(&server).await;
+    let cs = open_sale(&l, 2, &["x", "y"]).await;
+    let s = sale_id();
+    let p = l.key_prefix().to_owned();
+    let mut conn = raw(&server).await;
+    let hset = |key: &str, field: &str, value: &str| {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(format!("{p}:{{sale:launch}}:{key}"))
+            .arg(field)
+            .arg(value);
+        cmd
+    };
+    let corrupt = |r: Result<(), &LedgerError>| matches!(r, Err(LedgerError::Corrupt(_)));
+
+    let _: () = hset("levels", "a", "two")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let r = l.admit(&s, &cs[0], &level("a"), &token("t"), 1).await;
+    assert!(corrupt(r.as_ref().map(drop)), "an unreadable cap: {r:?}");
+    let _: () = hset("levels", "a", "2")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = hset("counts", "a", "lots")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let r = l.admit(&s, &cs[0], &level("a"), &token("t"), 1).await;
+    assert!(corrupt(r.as_ref().map(drop)), "an unreadable count: {r:?}");
+    let _: () = hset("counts", "a", "0")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        l.hold(&s, &cs[0]).await.unwrap(),
+        None,
+        "no hold was written"
+    );
+    assert_eq!(count(&l).await, 0, "no seat was counted");
+
+    // pending has 4 fields, held 5: any other pairing is no hold at all
+    for shape in [
+        "h|a|t|1",
+        "p|a|t|P|5",
+        "x|a|t|1",
+        "x|a|t|P|5",
+        "p|a|t",
+        "h|a|t|P|5|6",
+    ] {
+        let _: () = hset("holds", cs[1].as_str(), shape)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let r = l.hold(&s, &cs[1]).await;
+        assert!(
+            corrupt(r.as_ref().map(drop)),
+            "hold {shape:?} read as {r:?}"
+        );
+        // and every step's script refuses it too, rather than reading it as
+        // a hold of the other state (token t and payment P fit either one)
+        let (t, p) = (token("t"), pay("P"));
+        let steps = [
+            (
+                "attach_payment",
+                l.attach_payment(&s, &cs[1], &t, &p, 9).await.map(drop),
+            ),
+            ("mark_paid", l.mark_paid(&s, &cs[1], &p).await.map(drop)),
+            ("release", l.release(&s, &cs[1], &p).await.map(drop)),
+            ("extend", l.extend(&s, &cs[1], &p, 9).await.map(drop)),
+            (
+                "undo_admission",
+                l.undo_admission(&s, &cs[1], &t).await.map(drop),
+            ),
+        ];
+        for (step, r) in steps {
+            assert!(
+                corrupt(r.as_ref().map(drop)),
+                "{step} on hold {shape:?}: {r:?}"
+            );
+        }
+    }
+}
+
+/// A corrupt ledger's error names what is corrupt (the operator's first
+/// question): the level whose count is missing, the candidate in a deadline
+/// or admission index with no hold behind it.
+#[tokio::test]
+async fn a_corrupt_ledger_error_names_the_level_or_candidate() {
+    let server = RedisServer::start();
+    let l = redis_ledger(&server).await;
+    let cs = open_sale(&l, 2, &["x", "y"]).await;
+    let s = sale_id();
+    let p = l.key_prefix().to_owned();
+    let mut conn = raw(&server).await;
+    let message = |r: Result<(), LedgerError>| match r {
+        Err(LedgerError::Corrupt(m)) => m,
+        other => panic!("not corrupt: {other:?}"),
+    };
+
+    let _: () = redis::cmd("HDEL")
+        .arg(format!("{p}:{{sale:launch}}:counts"))
+        .arg("a")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let m = message(l.counters(&s).await.map(drop));
+    assert!(m.contains("level a"), "{m}");
+
+    for (index, who) in [("held", &cs[0]), ("pending", &cs[1])] {
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("{p}:{{sale:launch}}:{index}"))
+            .arg(1)
+            .arg(who.as_str())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let m = message(l.stale_held(&s, 10, 5).await.map(drop));
+    assert!(m.contains(cs[0].as_str()), "{m}");
+    let m = message(l.stale_pending(&s, 10, 5).await.map(drop));
+    assert!(m.contains(cs[1].as_str()), "{m}");
+}
+
 #[tokio::test]
 async fn an_undo_below_zero_is_a_corrupt_ledger_and_writes_nothing() {
     let server = RedisServer::start();

@@ -505,13 +505,6 @@ pub enum FromCopy {
     Uncertain(String),
 }
 
-impl FromCopy {
-    /// Whether the booking is PAID with this payment now.
-    pub fn is_paid(&self) -> bool {
-        matches!(self, FromCopy::Won { .. } | FromCopy::AlreadyPaid { .. })
-    }
-}
-
 /// Writes the PAID record of `copy`'s booking when no HELD record exists:
 /// see the module documentation (the fast payer). Idempotent: a second call
 /// finds the PAID record and answers [`FromCopy::AlreadyPaid`].
