@@ -2,9 +2,11 @@
 //!
 //! A capped run (CI) splits the scope's mutants into `shards` round-robin
 //! shards and runs them one after another, starting at `start`, until the
-//! next shard would not fit in the cap (judged on the slowest shard so
-//! far). Successive CI runs start at successive shards, so every mutant is
-//! tried within `shards` landings while each run stays inside its budget.
+//! next shard would not fit in the cap: its mutants (counted with
+//! `--list`) at the time per mutant the run has seen so far. The first
+//! step always runs. Successive CI runs start at successive shards, so
+//! every mutant is tried within `shards` landings while each run stays
+//! inside its budget.
 //!
 //! Mutants are tested in place (cargo-mutants restores each file after its
 //! mutant, and on Ctrl-C): the workspace's own `target/` is reused, so no
@@ -156,9 +158,39 @@ pub fn order(shards: u32, start: u32) -> Vec<u32> {
     (0..shards).map(|i| (start + i) % shards).collect()
 }
 
-/// Whether another shard fits: the slowest so far, ended by the cap.
-pub fn fits(elapsed: Duration, slowest: Duration, cap: Option<Duration>) -> bool {
-    cap.is_none_or(|cap| elapsed + slowest <= cap)
+/// Whether the next step fits: `None` when nothing ran yet (it runs);
+/// else it must end inside the cap at the estimated duration.
+pub fn fits(elapsed: Duration, estimate: Option<Duration>, cap: Option<Duration>) -> bool {
+    match (cap, estimate) {
+        (None, _) | (_, None) => true,
+        (Some(cap), Some(estimate)) => elapsed + estimate <= cap,
+    }
+}
+
+/// The time per mutant seen so far; `None` before any mutant ran.
+fn per_mutant(spent: Duration, mutants: usize) -> Option<Duration> {
+    let n = u32::try_from(mutants).ok().filter(|n| *n > 0)?;
+    Some(spent / n)
+}
+
+/// How many mutants a shard has (`cargo mutants --list` of it).
+fn count_shard(plan: &Plan, root: &Path, shard: u32) -> anyhow::Result<usize> {
+    let mut args = command(plan, Step::Shard(shard), false);
+    args.push("--list".into());
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(&args)
+        .current_dir(root)
+        .output()
+        .context("running cargo mutants --list")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "cargo mutants --list: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count())
 }
 
 /// The folder the Lua pass mutates in place ([`crate::lua_run`]).
@@ -233,7 +265,8 @@ pub fn run(plan: &Plan, root: &Path) -> anyhow::Result<Ran> {
         std::fs::remove_dir_all(&plan.out)
             .with_context(|| format!("clearing {}", plan.out.display()))?;
     }
-    let mut slowest = Duration::ZERO;
+    // what the steps so far took, and how many mutants they tried
+    let (mut spent, mut tried) = (Duration::ZERO, 0usize);
     let mut ran = Ran {
         rows: Vec::new(),
         shards_run: Vec::new(),
@@ -246,7 +279,9 @@ pub fn run(plan: &Plan, root: &Path) -> anyhow::Result<Ran> {
             Ok(Some(diff)) => {
                 std::fs::create_dir_all(&plan.out)?;
                 std::fs::write(diff_path(&plan.out), diff)?;
+                let t = Instant::now();
                 let rows = run_step(plan, root, Step::Changed, baseline, began)?;
+                (spent, tried) = (spent + t.elapsed(), tried + rows.len());
                 baseline = false;
                 ran.changed = rows.len();
                 ran.rows.extend(rows);
@@ -256,14 +291,25 @@ pub fn run(plan: &Plan, root: &Path) -> anyhow::Result<Ran> {
         }
     }
     for shard in order(plan.shards, plan.start) {
-        if !fits(began.elapsed(), slowest, plan.cap) {
+        let estimate = match (plan.cap, per_mutant(spent, tried)) {
+            (Some(_), Some(each)) => {
+                let n = count_shard(plan, root, shard)?;
+                Some(each * u32::try_from(n).unwrap_or(u32::MAX))
+            }
+            _ => None,
+        };
+        if !fits(began.elapsed(), estimate, plan.cap) {
+            eprintln!(
+                "mutation: shard {shard} left for a later run: about {:.0} s more would pass the cap",
+                estimate.unwrap_or_default().as_secs_f64()
+            );
             ran.shards_skipped.push(shard);
             continue;
         }
         let t = Instant::now();
         let rows = run_step(plan, root, Step::Shard(shard), baseline, began)?;
         baseline = false;
-        slowest = slowest.max(t.elapsed());
+        (spent, tried) = (spent + t.elapsed(), tried + rows.len());
         // a mutant of the changed lines already tried is not counted twice
         for row in rows {
             if !ran.rows.iter().any(|r| r.name == row.name) {
@@ -314,23 +360,17 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_starts_only_if_the_slowest_so_far_still_ends_inside_the_cap() {
+    fn a_step_starts_only_if_its_estimate_ends_inside_the_cap() {
         let cap = Some(Duration::from_secs(600));
-        assert!(fits(
-            Duration::from_secs(400),
-            Duration::from_secs(200),
-            cap
-        ));
-        assert!(!fits(
-            Duration::from_secs(401),
-            Duration::from_secs(200),
-            cap
-        ));
-        assert!(fits(
-            Duration::from_secs(10_000),
-            Duration::from_secs(200),
-            None
-        ));
+        let secs = |s| Some(Duration::from_secs(s));
+        assert!(fits(Duration::from_secs(400), secs(200), cap));
+        assert!(!fits(Duration::from_secs(401), secs(200), cap));
+        // nothing ran yet: the first step always runs, even past the cap
+        assert!(fits(Duration::from_secs(700), None, cap));
+        assert!(fits(Duration::from_secs(10_000), secs(200), None));
+        // 9 mutants in 90 s: 10 s each; none yet: no estimate
+        assert_eq!(per_mutant(Duration::from_secs(90), 9), secs(10));
+        assert_eq!(per_mutant(Duration::from_secs(90), 0), None);
     }
 
     #[test]
