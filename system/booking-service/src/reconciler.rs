@@ -542,7 +542,7 @@ impl Reconciler {
         let mut records = due.into_iter();
         while let Some(record) = records.next() {
             if started_at.elapsed() >= settings.sweep_budget {
-                deferred = 1 + records.len() as u64;
+                deferred = budget_spent(1 + records.len() as u64);
                 break;
             }
             while running.len() >= concurrency {
@@ -551,7 +551,7 @@ impl Reconciler {
                 }
             }
             if started_at.elapsed() >= settings.sweep_budget {
-                deferred = 1 + records.len() as u64;
+                deferred = budget_spent(1 + records.len() as u64);
                 break;
             }
             report.started += 1;
@@ -561,12 +561,6 @@ impl Reconciler {
         }
         while let Some(done) = running.join_next().await {
             tally(&mut report, done);
-        }
-        if deferred > 0 {
-            tracing::warn!(
-                deferred,
-                "sweep budget spent; the rest waits for the next sweep"
-            );
         }
         self.totals.deferred.fetch_add(deferred, Ordering::Relaxed);
 
@@ -845,6 +839,16 @@ impl Reconciler {
         self.release_lock().await;
         tracing::info!("reconciler stopped");
     }
+}
+
+/// The sweep stops starting records: logs it (what the operators watch for)
+/// and answers how many wait for the next sweep.
+fn budget_spent(deferred: u64) -> u64 {
+    tracing::warn!(
+        deferred,
+        "sweep budget spent; the rest waits for the next sweep"
+    );
+    deferred
 }
 
 fn tally(report: &mut SweepReport, done: Result<Done, tokio::task::JoinError>) {
