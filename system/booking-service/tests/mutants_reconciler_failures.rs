@@ -266,3 +266,124 @@ async fn a_paid_mark_repair_is_counted_and_a_failed_one_is_an_error() {
         }
     }
 }
+
+/// A gateway client that panics on a query (a bug in an adapter).
+#[derive(Debug)]
+struct PanickingGateway;
+
+#[async_trait::async_trait]
+impl booking::PaymentGateway for PanickingGateway {
+    async fn create(
+        &self,
+        _: &booking::gateway::CreatePayment,
+        _: Duration,
+    ) -> Result<booking::gateway::CreatedPayment, booking::GatewayError> {
+        unreachable!("the sweep creates no payment")
+    }
+    async fn execute(
+        &self,
+        _: &booking::PaymentId,
+        _: Duration,
+    ) -> Result<booking::gateway::Executed, booking::GatewayError> {
+        unreachable!("the sweep executes no payment")
+    }
+    async fn query(
+        &self,
+        _: &booking::PaymentId,
+        _: Duration,
+    ) -> Result<booking::PaymentStatus, booking::GatewayError> {
+        panic!("a bug in the gateway client")
+    }
+}
+
+/// A due record whose task panics is one error: the sweep goes on, the
+/// seat and the record are left for the next sweep.
+#[tokio::test(start_paused = true)]
+async fn a_due_record_whose_task_panics_is_one_error_and_left_for_the_next_sweep() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.held_record(), Condition::NotExists)
+        .await
+        .unwrap();
+    s.clock.advance(minutes(13));
+    let r = Reconciler::new(
+        ReconcilerPorts {
+            records: s.records.clone(),
+            ledger: s.ledger.clone(),
+            gateway: Arc::new(PanickingGateway),
+            coordination: s.coordination.clone(),
+            mailer: s.mailer.clone(),
+            alerts: s.alerts.clone(),
+            clock: Arc::new(s.clock.clone()),
+        },
+        ReconcilerConfig::new(s.sale.clone(), "test", "a", s.settings.clone()),
+    );
+    let report = r.sweep().await;
+    assert_eq!(
+        (report.due, report.started, report.errors, report.released),
+        (1, 1, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(r.stats().errors, 1);
+    assert_eq!(s.count().await, 1);
+    assert!(s.records.get(&cand("x"), true).await.unwrap().is_some());
+}
+
+/// A due record whose release the ledger refuses (down): the task's error
+/// is one error in the report, the seat and the record are kept, and the
+/// next sweep releases.
+#[tokio::test(start_paused = true)]
+async fn a_failed_release_of_a_due_record_is_one_error_and_the_next_sweep_releases() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    s.records
+        .put(m.held_record(), Condition::NotExists)
+        .await
+        .unwrap();
+    s.clock.advance(minutes(13));
+    let r = reconciler(
+        &s,
+        &format!("target = \"ledger\"\nops = [\"release\"]\n{ERROR}"),
+        None,
+    );
+    let report = r.sweep().await;
+    assert_eq!(
+        (report.started, report.released, report.errors),
+        (1, 0, 1),
+        "{report:?}"
+    );
+    assert_eq!(r.stats().errors, 1);
+    assert_eq!(s.count().await, 1);
+    assert!(s.records.get(&cand("x"), true).await.unwrap().is_some());
+    let next = s.reconciler("b").sweep().await;
+    assert_eq!((next.released, next.errors), (1, 0), "{next:?}");
+    assert_eq!(s.count().await, 0);
+}
+
+/// Owed emails go out only while the sweep's budget lasts: a sweep whose
+/// due query alone took the whole budget sends none (the next one does).
+#[tokio::test(start_paused = true)]
+async fn no_owed_email_is_sent_once_the_budget_is_spent() {
+    let s = Stack::new(1, &["x"]).await;
+    let m = s.book("x", "t1", "P1").await;
+    let paid = m.held_record().into_paid(ConfirmPath::Callback, s.now());
+    s.records.put(paid, Condition::NotExists).await.unwrap();
+    s.ledger
+        .mark_paid(&s.sale, &cand("x"), &pay("P1"))
+        .await
+        .unwrap();
+    s.clock.advance(minutes(2));
+    let budget = s.settings.sweep_budget.as_millis();
+    let r = reconciler(
+        &s,
+        &format!(
+            "target = \"records\"\nops = [\"held_due\"]\nkind = {{ type = \"latency\", delay = {{ fixed = {{ ms = {budget} }} }} }}"
+        ),
+        None,
+    );
+    let report = r.sweep().await;
+    assert_eq!(report.emails_recovered, 0, "{report:?}");
+    assert!(s.mailer.0.lock().is_empty());
+    assert_eq!(s.reconciler("b").sweep().await.emails_recovered, 1);
+}
