@@ -6,48 +6,26 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use booking::Settings;
 use booking::records::{Condition, RecordStore};
-use booking_service::reconciler::{Reconciler, ReconcilerConfig, ReconcilerPorts};
-use common::Stack;
-use faults::{Injector, Schedule, wrappers::FaultyRecords};
+use booking_service::reconciler::{Reconciler, ReconcilerConfig};
+use common::{Stack, faulty_reconciler};
 
 fn minutes(m: u64) -> Duration {
     Duration::from_secs(m * 60)
 }
 
-/// A reconciler of `s` whose record store suffers `fault` (one `[[fault]]`
-/// table's body, target records) and whose sweep budget is `budget`.
+/// A reconciler of `s` whose record store suffers `fault` (ops and kind)
+/// and whose sweep budget is `budget`.
 fn reconciler(s: &Stack, fault: &str, budget: Duration) -> Reconciler {
-    let schedule = Schedule::from_toml(&format!(
-        "[[fault]]\nname = \"f\"\ntarget = \"records\"\nstart_ms = 0\nduration_ms = 3_600_000\n{fault}\n"
-    ))
-    .unwrap();
-    let injector = Arc::new(Injector::new(schedule, 7, Arc::new(s.clock.clone())));
-    let records = Arc::new(FaultyRecords::new(
-        s.records.clone(),
-        s.records.clone(),
-        injector,
-    ));
     let settings = Settings {
         sweep_budget: budget,
         ..s.settings.clone()
     };
-    Reconciler::new(
-        ReconcilerPorts {
-            records,
-            ledger: s.ledger.clone(),
-            gateway: s.gateway.clone(),
-            coordination: s.coordination.clone(),
-            mailer: s.mailer.clone(),
-            alerts: s.alerts.clone(),
-            clock: Arc::new(s.clock.clone()),
-        },
-        ReconcilerConfig::new(s.sale.clone(), "test", "a", settings),
-    )
+    let config = ReconcilerConfig::new(s.sale.clone(), "test", "a", settings);
+    faulty_reconciler(s, &format!("target = \"records\"\n{fault}"), config)
 }
 
 /// `n` candidates booked past their deadline; the first `with_records` of

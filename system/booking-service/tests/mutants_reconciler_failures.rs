@@ -10,55 +10,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use booking::RequestToken;
-use booking::Settings;
 use booking::ledger::Ledger;
 use booking::records::{Condition, ConfirmPath, RecordStore};
 use booking_service::reconciler::{Reconciler, ReconcilerConfig, ReconcilerPorts};
-use common::{Stack, cand, pay};
-use faults::wrappers::{FaultyLedger, FaultyRecords};
-use faults::{Injector, Schedule};
+use common::{Stack, cand, faulty_reconciler, pay};
 
 fn minutes(m: u64) -> Duration {
     Duration::from_secs(m * 60)
 }
 
-/// A reconciler of `s` whose ledger and record store suffer `fault` (one
-/// `[[fault]]` table's body: target, ops, kind), with `due_limit`.
+/// A reconciler of `s` whose ledger and record store suffer `fault`, with
+/// `due_limit` records at most per due query.
 fn reconciler(s: &Stack, fault: &str, due_limit: Option<usize>) -> Reconciler {
-    let schedule = Schedule::from_toml(&format!(
-        "[[fault]]\nname = \"f\"\nstart_ms = 0\nduration_ms = 3_600_000\n{fault}\n"
-    ))
-    .unwrap();
-    let injector = Arc::new(Injector::new(schedule, 7, Arc::new(s.clock.clone())));
-    let records = Arc::new(FaultyRecords::new(
-        s.records.clone(),
-        s.records.clone(),
-        injector.clone(),
-    ));
-    let ledger = Arc::new(FaultyLedger::new(s.ledger.clone(), injector));
-    let mut config = ReconcilerConfig::new(
-        s.sale.clone(),
-        "test",
-        "a",
-        Settings {
-            ..s.settings.clone()
-        },
-    );
+    let mut config = ReconcilerConfig::new(s.sale.clone(), "test", "a", s.settings.clone());
     if let Some(limit) = due_limit {
         config.due_limit = limit;
     }
-    Reconciler::new(
-        ReconcilerPorts {
-            records,
-            ledger,
-            gateway: s.gateway.clone(),
-            coordination: s.coordination.clone(),
-            mailer: s.mailer.clone(),
-            alerts: s.alerts.clone(),
-            clock: Arc::new(s.clock.clone()),
-        },
-        config,
-    )
+    faulty_reconciler(s, fault, config)
 }
 
 const ERROR: &str = "kind = { type = \"error\" }";

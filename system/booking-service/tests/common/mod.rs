@@ -267,3 +267,35 @@ impl Stack {
         )
     }
 }
+
+/// A reconciler of `s` whose ledger and record store suffer `fault` (the
+/// body of one `[[fault]]` table: target, ops, kind; open for an hour),
+/// with `config`.
+pub fn faulty_reconciler(s: &Stack, fault: &str, config: ReconcilerConfig) -> Reconciler {
+    use faults::wrappers::{FaultyLedger, FaultyRecords};
+    let schedule = faults::Schedule::from_toml(&format!(
+        "[[fault]]\nname = \"f\"\nstart_ms = 0\nduration_ms = 3_600_000\n{fault}\n"
+    ))
+    .unwrap();
+    let injector = Arc::new(faults::Injector::new(
+        schedule,
+        7,
+        Arc::new(s.clock.clone()),
+    ));
+    Reconciler::new(
+        ReconcilerPorts {
+            records: Arc::new(FaultyRecords::new(
+                s.records.clone(),
+                s.records.clone(),
+                injector.clone(),
+            )),
+            ledger: Arc::new(FaultyLedger::new(s.ledger.clone(), injector)),
+            gateway: s.gateway.clone(),
+            coordination: s.coordination.clone(),
+            mailer: s.mailer.clone(),
+            alerts: s.alerts.clone(),
+            clock: Arc::new(s.clock.clone()),
+        },
+        config,
+    )
+}
