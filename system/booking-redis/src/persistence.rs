@@ -65,6 +65,7 @@ use serde::Serialize;
 
 use crate::cluster::Target;
 use crate::ledger::{CONNECT_MAX, RESPONSE_MAX};
+use crate::pool::failed_socket;
 
 /// What the server says about its persistence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -205,7 +206,7 @@ async fn read_server(url: &str) -> Result<Persistence, ReadError> {
             Ok(mut values) => values
                 .remove(setting)
                 .ok_or_else(|| config_unavailable("no such setting in the answer".to_owned())),
-            Err(e) if connection_trouble(&e) => Err(ReadError::Unavailable(e.to_string())),
+            Err(e) if failed_socket(&e) => Err(ReadError::Unavailable(e.to_string())),
             Err(e) => Err(config_unavailable(e.to_string())),
         }
     };
@@ -250,7 +251,7 @@ async fn read_cluster(seeds: &[String]) -> Result<Persistence, ReadError> {
         let per_node = match answer {
             Ok(Value::Map(per_node)) => per_node,
             Ok(other) => return Err(config_unavailable(format!("unexpected answer {other:?}"))),
-            Err(e) if connection_trouble(&e) => return Err(ReadError::Unavailable(e.to_string())),
+            Err(e) if failed_socket(&e) => return Err(ReadError::Unavailable(e.to_string())),
             Err(e) => return Err(config_unavailable(e.to_string())),
         };
         for (node, value) in per_node {
@@ -297,14 +298,6 @@ pub fn weakest(found: &[Persistence]) -> Option<&Persistence> {
         Err(Refusal::NoAppendOnly { .. }) => 0,
     };
     found.iter().min_by_key(|p| strength(p))
-}
-
-fn connection_trouble(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
 }
 
 /// Whether `found` keeps what Redis acknowledges well enough for the sale:

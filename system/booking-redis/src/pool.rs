@@ -162,9 +162,13 @@ impl Connection {
     }
 }
 
-/// Whether `e` leaves the socket it came on unusable.
-fn failed_socket(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error()
+/// Whether `e` leaves the socket it came on unusable: an I/O error (in
+/// redis-rs a timeout, a dropped connection and a refused one are all I/O
+/// errors), or one the client recovers from only by reconnecting (a reply
+/// that does not parse, say). A refusal by the server (`WRONGTYPE`,
+/// `EXECABORT`) is an answer: the socket carries on.
+pub(crate) fn failed_socket(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_unrecoverable_error()
 }
 
 impl std::fmt::Debug for Connection {
