@@ -2,7 +2,7 @@
 //! race from the loser (mutants `won → true` / `won → false`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

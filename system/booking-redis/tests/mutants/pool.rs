@@ -6,8 +6,7 @@
 //! sockets to a server are opened without Nagle's delay.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use crate::redis_server;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! twice executes once, and without a booking copy nothing is executed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

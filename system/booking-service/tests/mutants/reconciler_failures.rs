@@ -4,7 +4,7 @@
 //! overdue hold whose record is HELD is never taken for a paid one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! another payment is not this payment's, and nothing is written or sent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use booking::ledger::Ledger;
 use booking::records::{Condition, ConfirmPath, RecordStatus, RecordStore};

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +23,10 @@ use tokio::net::TcpListener;
 
 const NOW: u64 = 1_800_000_000;
 const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-test";
-const ED_PRIVATE: &str = include_str!("fixtures/jwt/ed.pem");
-const ED_PUBLIC: &str = include_str!("fixtures/jwt/ed.pub");
-const ED2_PRIVATE: &str = include_str!("fixtures/jwt/ed2.pem");
-const ED2_PUBLIC: &str = include_str!("fixtures/jwt/ed2.pub");
+const ED_PRIVATE: &str = include_str!("../fixtures/jwt/ed.pem");
+const ED_PUBLIC: &str = include_str!("../fixtures/jwt/ed.pub");
+const ED2_PRIVATE: &str = include_str!("../fixtures/jwt/ed2.pem");
+const ED2_PUBLIC: &str = include_str!("../fixtures/jwt/ed2.pub");
 /// ed.pub's raw key (base64url), for a JWKS.
 const ED_X: &str = "Zvsf0s_sz0E_JolKbFok-WWcyVFMQDvvh-ob1ouEtbA";
 

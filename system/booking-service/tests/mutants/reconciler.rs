@@ -2,7 +2,7 @@
 //! count the operator reads (the sweep's report and `stats()`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! gateway call, and unreadable records are gone around with the copy only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

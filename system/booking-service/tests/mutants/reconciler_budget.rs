@@ -4,7 +4,7 @@
 //! says how many, a failed due query is counted as an error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

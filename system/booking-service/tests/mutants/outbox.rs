@@ -4,7 +4,7 @@
 //! on a record the store cannot mark is alerted and counted failed, not sent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
