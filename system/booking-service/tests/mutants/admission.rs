@@ -8,7 +8,6 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,14 +16,13 @@ use booking::coordination::keys;
 use booking::gateway::{CreatePayment, CreatedPayment, Executed};
 use booking::{
     AdmittedBooking, Coordination, GatewayError, Ledger, PaymentGateway, PaymentId, PaymentStatus,
-    SaleId, SeededEntropy,
+    SaleId,
 };
-use booking_embedded::outputs::ObjectSink;
 use booking_service::admission::{
     self, BookAnswer, Failed, HeldSeat, PathEvents, Quiet, Refusal, StoredCopy, UNDO_RESERVE,
     gateway_error_kind, load_copy, load_stored,
 };
-use booking_service::stack::{Stack as ServiceStack, WebhookTrust};
+use booking_service::stack::Stack as ServiceStack;
 use common::{Stack, cand, pay};
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -88,32 +86,10 @@ impl PathEvents for Heard {
     }
 }
 
-/// One instance's stack over `s`'s stores, serving at a base URL with a
-/// trailing slash.
 fn service(s: &Stack, gateway: Arc<CreatingGateway>) -> ServiceStack {
-    let clock: Arc<dyn booking::Clock> = Arc::new(s.clock.clone());
-    ServiceStack {
-        sale: s.sale.clone(),
-        prefix: "test".into(),
-        settings: s.settings.clone(),
-        prices: BTreeMap::from([(s.level.clone(), "500".to_owned())]),
-        public_url: "http://127.0.0.1:8080/".into(),
-        ledger: s.ledger.clone(),
-        records: s.records.clone(),
-        stream: s.records.clone(),
-        queue: s.queue.clone(),
-        coordination: s.coordination.clone(),
-        gateway,
-        mailer: s.mailer.clone(),
-        alerts: s.alerts.clone(),
-        status_sink: Arc::new(ObjectSink::new(clock.clone())),
-        clock,
-        entropy: Arc::new(SeededEntropy::new(7)),
-        webhook_trust: WebhookTrust {
-            cert_urls: sns::CertUrlPolicy::none(),
-            topics: sns::TopicPolicy::any(),
-        },
-    }
+    let (settings, records) = (s.settings.clone(), s.records.clone());
+    // a base URL with a trailing slash: the callback URL has one slash
+    crate::service::stack(s, gateway, settings, records, "http://127.0.0.1:8080/")
 }
 
 async fn book(svc: &ServiceStack, events: &dyn PathEvents, who: &str) -> BookAnswer {

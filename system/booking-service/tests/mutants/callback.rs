@@ -7,8 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
+use crate::service::booked;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,16 +17,14 @@ use booking::gateway::{CreatePayment, CreatedPayment, Executed, ExecutedVia};
 use booking::records::{BookingRecord, ConfirmPath, RecordStatus};
 use booking::{
     AdmittedBooking, Bug, Bugs, GatewayError, GatewayPaymentState, PaymentGateway, PaymentId,
-    PaymentStatus, RecordStore, SeededEntropy,
+    PaymentStatus, RecordStore,
 };
-use booking_embedded::outputs::ObjectSink;
-use booking_service::admission::{self, BookAnswer, Quiet};
+use booking_service::admission::Quiet;
 use booking_service::callback::{self, CallbackOutcome, CallbackQuery, Gate, gate, secrets_equal};
-use booking_service::stack::{Stack as ServiceStack, WebhookTrust};
+use booking_service::stack::Stack as ServiceStack;
 use common::{Stack, cand, pay};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 /// Creates `P1`, `P2`, … with signature `sig-<id>`; executes as `execute`
 /// says (`Ok` → trx `TRX-<id>`), queries as `query` says; records the time
@@ -109,46 +107,10 @@ impl PaymentGateway for Gateway {
 }
 
 fn service(s: &Stack, gateway: Arc<Gateway>, bugs: Bugs) -> ServiceStack {
-    let clock: Arc<dyn booking::Clock> = Arc::new(s.clock.clone());
     let mut settings = s.settings.clone();
     settings.bugs = bugs;
-    ServiceStack {
-        sale: s.sale.clone(),
-        prefix: "test".into(),
-        settings,
-        prices: BTreeMap::from([(s.level.clone(), "500".to_owned())]),
-        public_url: "http://127.0.0.1:8080".into(),
-        ledger: s.ledger.clone(),
-        records: s.records.clone(),
-        stream: s.records.clone(),
-        queue: s.queue.clone(),
-        coordination: s.coordination.clone(),
-        gateway,
-        mailer: s.mailer.clone(),
-        alerts: s.alerts.clone(),
-        status_sink: Arc::new(ObjectSink::new(clock.clone())),
-        clock,
-        entropy: Arc::new(SeededEntropy::new(7)),
-        webhook_trust: WebhookTrust {
-            cert_urls: sns::CertUrlPolicy::none(),
-            topics: sns::TopicPolicy::any(),
-        },
-    }
-}
-
-/// `who` booked through the request path (the copy kept) and the worker's
-/// HELD record written.
-async fn booked(s: &Stack, svc: &ServiceStack, who: &str) -> AdmittedBooking {
-    let deadline = Instant::now() + svc.settings.request_deadline;
-    let answer = admission::book(svc, &Quiet, &cand(who), &s.level, deadline).await;
-    let BookAnswer::Admitted { booking, .. } = answer else {
-        panic!("{answer:?}")
-    };
-    s.records
-        .put(booking.held_record(), booking::Condition::NotExists)
-        .await
-        .unwrap();
-    booking
+    let records = s.records.clone();
+    crate::service::stack(s, gateway, settings, records, "http://127.0.0.1:8080")
 }
 
 fn redirect(payment: &str, status: &str, signature: &str) -> CallbackQuery {

@@ -16,5 +16,6 @@ mod outbox;
 mod reconciler;
 mod reconciler_budget;
 mod reconciler_failures;
+mod service;
 mod webhook;
 mod worker;

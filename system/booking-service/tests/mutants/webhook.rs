@@ -6,8 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
+use crate::service::booked;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,15 +16,13 @@ use booking::gateway::{CreatePayment, CreatedPayment, Executed};
 use booking::records::{ConfirmPath, RecordStatus};
 use booking::{
     AdmittedBooking, Bugs, GatewayError, GatewayPaymentState, PaymentGateway, PaymentId,
-    PaymentStatus, RecordStore, SeededEntropy, invoice_number,
+    PaymentStatus, RecordStore, invoice_number,
 };
-use booking_embedded::outputs::ObjectSink;
-use booking_service::admission::{self, BookAnswer, Quiet};
-use booking_service::stack::{Stack as ServiceStack, WebhookTrust};
+use booking_service::admission::Quiet;
+use booking_service::stack::Stack as ServiceStack;
 use booking_service::webhook::{self, NotificationOutcome};
 use common::{Stack, cand, pay};
 use parking_lot::Mutex;
-use tokio::time::Instant;
 
 /// Creates `P1`, `P2`, …; a query answers `state` with `invoice`, and is
 /// counted.
@@ -76,46 +74,9 @@ impl PaymentGateway for Gateway {
 }
 
 fn service(s: &Stack, gateway: Arc<Gateway>, records: Arc<dyn RecordStore>) -> ServiceStack {
-    let clock: Arc<dyn booking::Clock> = Arc::new(s.clock.clone());
     let mut settings = s.settings.clone();
     settings.bugs = Bugs::none();
-    ServiceStack {
-        sale: s.sale.clone(),
-        prefix: "test".into(),
-        settings,
-        prices: BTreeMap::from([(s.level.clone(), "500".to_owned())]),
-        public_url: "http://127.0.0.1:8080".into(),
-        ledger: s.ledger.clone(),
-        records,
-        stream: s.records.clone(),
-        queue: s.queue.clone(),
-        coordination: s.coordination.clone(),
-        gateway,
-        mailer: s.mailer.clone(),
-        alerts: s.alerts.clone(),
-        status_sink: Arc::new(ObjectSink::new(clock.clone())),
-        clock,
-        entropy: Arc::new(SeededEntropy::new(7)),
-        webhook_trust: WebhookTrust {
-            cert_urls: sns::CertUrlPolicy::none(),
-            topics: sns::TopicPolicy::any(),
-        },
-    }
-}
-
-/// `who` booked through the request path (the copy kept) and the worker's
-/// HELD record written.
-async fn booked(s: &Stack, svc: &ServiceStack, who: &str) -> AdmittedBooking {
-    let deadline = Instant::now() + svc.settings.request_deadline;
-    let answer = admission::book(svc, &Quiet, &cand(who), &s.level, deadline).await;
-    let BookAnswer::Admitted { booking, .. } = answer else {
-        panic!("{answer:?}")
-    };
-    s.records
-        .put(booking.held_record(), booking::Condition::NotExists)
-        .await
-        .unwrap();
-    booking
+    crate::service::stack(s, gateway, settings, records, "http://127.0.0.1:8080")
 }
 
 fn invoice(b: &AdmittedBooking) -> String {
